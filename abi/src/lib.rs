@@ -1,0 +1,419 @@
+//! The m0serve plugin ABI, version 1.
+//!
+//! This crate is the single source of the C ABI between the `m0serve` core and
+//! its plugins. `include/m0serve.h` is generated from it by cbindgen and checked
+//! in; `abi/tests/header.rs` fails when the two disagree. It has no
+//! dependencies, so a Rust plugin that uses these types pulls in nothing of the
+//! server.
+//!
+//! # Conventions (read these before writing a plugin)
+//! - Every struct that crosses the boundary begins with `size`, its own
+//!   `sizeof` as its writer knows it. Structs only grow at the end. A reader
+//!   uses a field only when `size` covers it.
+//! - `M0Str` is a borrowed byte view, not NUL-terminated, valid only for the
+//!   duration of the call that handed it out.
+//! - Out-parameters are written only on success.
+//! - Functions return `int32_t`: `M0_OK` (0) or a negative `M0_ERR_*` code.
+//!   Codes are never reused.
+//! - The plugin reaches the host only through the `M0Host` table it receives
+//!   at init; it links no symbol of the server binary.
+//! - A plugin exports exactly two functions, `m0_plugin_describe` and
+//!   `m0_plugin_init`. It is opened `RTLD_NOW | RTLD_LOCAL` in each worker
+//!   process (never in the supervisor) and never unloaded.
+//!
+//! # Versioning
+//! `M0_ABI_MAJOR` must match exactly. `M0_ABI_MINOR` only grows: the host
+//! accepts a plugin built for the same or an older minor, and refuses a newer
+//! one (it may call host functions this host does not have).
+//!
+//! Changelog: 1.0: first version.
+#![no_std]
+
+use core::ffi::{c_char, c_void};
+
+/// Major ABI version: a plugin built for another major is refused.
+pub const M0_ABI_MAJOR: u32 = 1;
+/// Minor ABI version: grows with additive changes.
+pub const M0_ABI_MINOR: u32 = 0;
+
+// ---------------------------------------------------------------------------
+// Return codes. Stable, never reused. Negative codes from `handle` map to an
+// HTTP status when no response has been started yet.
+// ---------------------------------------------------------------------------
+
+/// Success.
+pub const M0_OK: i32 = 0;
+/// Internal error in the plugin (500).
+pub const M0_ERR_INTERNAL: i32 = -1;
+/// The request is invalid for this handler (400).
+pub const M0_ERR_BAD_REQUEST: i32 = -2;
+/// Nothing is served here (404).
+pub const M0_ERR_NOT_FOUND: i32 = -3;
+/// The plugin is overloaded or not ready (503).
+pub const M0_ERR_UNAVAILABLE: i32 = -4;
+/// A backend the plugin waited on timed out (504).
+pub const M0_ERR_TIMEOUT: i32 = -5;
+/// The request body is too large for this handler (413).
+pub const M0_ERR_TOO_LARGE: i32 = -6;
+/// The input was understood but cannot be processed (422).
+pub const M0_ERR_UNPROCESSABLE: i32 = -7;
+/// The client went away; returned by host functions, not an HTTP status.
+pub const M0_ERR_DISCONNECTED: i32 = -100;
+/// A host function was called out of order (write before start, start twice).
+pub const M0_ERR_STATE: i32 = -101;
+/// An argument was invalid (a header with CR, LF or NUL, a status out of range).
+pub const M0_ERR_INVALID: i32 = -102;
+/// A write did not complete within the server's write timeout.
+pub const M0_ERR_WRITE_TIMEOUT: i32 = -103;
+
+/// `m0_plugin_init` status: the plugin refuses this configuration; the worker
+/// exits 78 (EX_CONFIG) and is not respawned.
+pub const M0_INIT_REFUSED: i32 = 78;
+/// `m0_plugin_init` status: the plugin failed to start; the worker exits 1.
+pub const M0_INIT_FAILED: i32 = 1;
+
+// ---------------------------------------------------------------------------
+// How a plugin may be called. Zero is "undeclared" in every field and is read
+// as the safest choice.
+// ---------------------------------------------------------------------------
+
+/// Undeclared: read as `M0_CALL_PINNED`.
+pub const M0_CALL_UNDECLARED: u32 = 0;
+/// Every call happens on one and the same host thread.
+pub const M0_CALL_PINNED: u32 = 1;
+/// One call at a time, from any handler thread.
+pub const M0_CALL_SERIALIZED: u32 = 2;
+/// Any number of concurrent calls from any handler threads.
+pub const M0_CALL_REENTRANT: u32 = 3;
+
+/// Undeclared: read as `M0_LOCK_HELD`.
+pub const M0_LOCK_UNDECLARED: u32 = 0;
+/// A process-wide lock (an interpreter's GIL) is held for the whole call.
+pub const M0_LOCK_HELD: u32 = 1;
+/// A process-wide lock exists but calls release it while they wait or compute
+/// natively, so concurrent calls overlap.
+pub const M0_LOCK_RELEASED: u32 = 2;
+/// No process-wide lock.
+pub const M0_LOCK_NONE: u32 = 3;
+
+/// Undeclared: read as `M0_START_NEEDS_EXEC`.
+pub const M0_START_UNDECLARED: u32 = 0;
+/// The plugin may be opened in a forked copy of the supervisor.
+pub const M0_START_FORK_SAFE: u32 = 1;
+/// The plugin must be opened in a freshly exec'd process (a runtime that does
+/// not survive `fork()`: CUDA, Core ML, libdispatch).
+pub const M0_START_NEEDS_EXEC: u32 = 2;
+
+/// Capability bit: `handle_batch` may be called with several requests.
+pub const M0_CAP_BATCH: u32 = 1;
+/// Capability bit: the plugin reports lock wait with `M0_COUNTER_LOCK_WAIT_NS`.
+pub const M0_CAP_REPORTS_LOCK_WAIT: u32 = 2;
+
+/// Log levels for `M0Host::log`.
+pub const M0_LOG_ERROR: u32 = 1;
+pub const M0_LOG_WARN: u32 = 2;
+pub const M0_LOG_INFO: u32 = 3;
+pub const M0_LOG_DEBUG: u32 = 4;
+
+/// Counter: nanoseconds a handler thread waited to take the plugin's
+/// process-wide lock (the WSGI plugin: the GIL). Feeds the adaptive pool.
+pub const M0_COUNTER_LOCK_WAIT_NS: u32 = 1;
+/// Counter: times a handler thread waited for the process-wide lock.
+pub const M0_COUNTER_LOCK_WAITS: u32 = 2;
+
+/// `content_length` value for `response_start`: length unknown, the body is
+/// sent chunked (HTTP/1.1) or delimited by close (HTTP/1.0).
+pub const M0_LENGTH_UNKNOWN: i64 = -1;
+
+/// Size of the message buffer in `M0Error`.
+pub const M0_ERROR_MESSAGE_LEN: usize = 512;
+
+// ---------------------------------------------------------------------------
+// Structs.
+// ---------------------------------------------------------------------------
+
+/// A borrowed byte string: `len` bytes at `ptr`, not NUL-terminated.
+/// `ptr` may be NULL only when `len` is 0.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct M0Str {
+    pub ptr: *const u8,
+    pub len: usize,
+}
+
+impl M0Str {
+    /// An empty view.
+    pub const EMPTY: M0Str = M0Str {
+        ptr: core::ptr::null(),
+        len: 0,
+    };
+
+    /// A view of `bytes`; the caller keeps `bytes` alive while the view is used.
+    pub const fn from_bytes(bytes: &[u8]) -> M0Str {
+        M0Str {
+            ptr: bytes.as_ptr(),
+            len: bytes.len(),
+        }
+    }
+
+    /// The viewed bytes.
+    ///
+    /// # Safety
+    /// `ptr` must point to `len` readable bytes that outlive `'a`, as the host
+    /// guarantees for every view it hands out during a call.
+    pub unsafe fn as_bytes<'a>(&self) -> &'a [u8] {
+        if self.len == 0 {
+            &[]
+        } else {
+            // SAFETY: non-empty views point to `len` bytes (caller's contract).
+            unsafe { core::slice::from_raw_parts(self.ptr, self.len) }
+        }
+    }
+}
+
+/// One header: name and value as they arrived (names keep their case).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct M0Header {
+    pub name: M0Str,
+    pub value: M0Str,
+}
+
+/// A socket address in text form, ready for logs and `REMOTE_ADDR`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct M0SockAddr {
+    /// The IP address as text ("127.0.0.1", "::1").
+    pub ip: M0Str,
+    pub port: u16,
+}
+
+/// What a plugin is and how it may be called. Returned by
+/// `m0_plugin_describe`, which must have no side effects: `m0serve --doctor`
+/// calls it in a throwaway process.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct M0PluginInfo {
+    /// `sizeof(M0PluginInfo)` as the plugin was compiled.
+    pub size: u32,
+    /// `M0_ABI_MAJOR` the plugin was built against.
+    pub abi_major: u32,
+    /// `M0_ABI_MINOR` the plugin was built against.
+    pub abi_minor: u32,
+    /// One of `M0_CALL_*`.
+    pub call_model: u32,
+    /// Plugin name, NUL-terminated, static.
+    pub name: *const c_char,
+    /// Plugin version, NUL-terminated, static.
+    pub version: *const c_char,
+    /// Most calls in flight at once in one worker; 0 means no limit.
+    pub max_concurrency: u32,
+    /// One of `M0_LOCK_*`.
+    pub process_lock: u32,
+    /// One of `M0_START_*`.
+    pub start: u32,
+    /// Threads one call computes with itself (a BLAS pool); 0 means 1.
+    pub compute_threads: u32,
+    /// `M0_CAP_*` bits.
+    pub caps: u32,
+    /// With `M0_CAP_BATCH`: the most requests in one `handle_batch` call.
+    pub max_batch: u32,
+}
+
+// SAFETY: the pointers in a descriptor point to static, immutable strings.
+unsafe impl Sync for M0PluginInfo {}
+
+/// A request as the plugin sees it. Every view is borrowed from the host and
+/// valid until `handle` returns.
+#[repr(C)]
+#[derive(Debug)]
+pub struct M0Request {
+    /// `sizeof(M0Request)` as the host was compiled.
+    pub size: u32,
+    /// 0 for HTTP/1.0, 1 for HTTP/1.1.
+    pub http_minor: u32,
+    pub method: M0Str,
+    /// The request-target exactly as sent.
+    pub target: M0Str,
+    /// The path part of the target, still percent-encoded.
+    pub path: M0Str,
+    /// The query without the `?`; empty when there is none.
+    pub query: M0Str,
+    pub headers: *const M0Header,
+    pub header_count: usize,
+    /// Body length in bytes (the host has framed it; chunked bodies are
+    /// decoded), or 0 when there is none.
+    pub content_length: u64,
+    pub peer: M0SockAddr,
+    pub server: M0SockAddr,
+    /// Index of the worker process serving this request.
+    pub worker_index: u32,
+    /// Index of the handler thread making this call.
+    pub thread_index: u32,
+    /// The host's own data; plugins pass the request back, never this.
+    pub host_data: *mut c_void,
+}
+
+/// The response under construction; opaque to plugins.
+pub struct M0Response {
+    _private: [u8; 0],
+}
+
+/// Error detail written by `m0_plugin_init` on failure; the buffer belongs to
+/// the host, so nothing is freed across allocators.
+#[repr(C)]
+pub struct M0Error {
+    /// `sizeof(M0Error)` as the host was compiled.
+    pub size: u32,
+    /// The length of the message written into `message`.
+    pub message_len: u32,
+    pub message: [u8; M0_ERROR_MESSAGE_LEN],
+}
+
+/// Host functions handed to the plugin at init. Valid for the life of the
+/// process; every function is safe to call from any handler thread.
+#[repr(C)]
+pub struct M0Host {
+    /// `sizeof(M0Host)` as the host was compiled.
+    pub size: u32,
+    pub abi_major: u32,
+    pub abi_minor: u32,
+    /// Write a line to the server log (`M0_LOG_*` level).
+    pub log: unsafe extern "C" fn(level: u32, message: *const u8, len: usize),
+    /// Begin the response. `content_length` is the exact body length, or
+    /// `M0_LENGTH_UNKNOWN` to stream it chunked. Headers the host owns
+    /// (Content-Length, Transfer-Encoding, Connection, Date) are refused with
+    /// `M0_ERR_INVALID`; a name or value with CR, LF or NUL too.
+    pub response_start: unsafe extern "C" fn(
+        response: *mut M0Response,
+        status: u16,
+        headers: *const M0Header,
+        header_count: usize,
+        content_length: i64,
+    ) -> i32,
+    /// Append body bytes. With an unknown length each call is sent as one
+    /// chunk; bytes are on the wire (or the socket buffer) when it returns.
+    pub response_write:
+        unsafe extern "C" fn(response: *mut M0Response, data: *const u8, len: usize) -> i32,
+    /// End the response. A sized response that received fewer bytes than it
+    /// declared is cut off and its connection closed.
+    pub response_finish: unsafe extern "C" fn(response: *mut M0Response) -> i32,
+    /// Start, write and finish in one call: the common case, one `writev`.
+    pub response_send: unsafe extern "C" fn(
+        response: *mut M0Response,
+        status: u16,
+        headers: *const M0Header,
+        header_count: usize,
+        body: *const u8,
+        body_len: usize,
+    ) -> i32,
+    /// Read up to `len` body bytes into `buf`. Returns the count, 0 at the
+    /// end of the body, or a negative `M0_ERR_*`.
+    pub body_read: unsafe extern "C" fn(request: *const M0Request, buf: *mut u8, len: usize) -> isize,
+    /// Monotonic clock in nanoseconds.
+    pub now_ns: unsafe extern "C" fn() -> u64,
+    /// Add `value` to one of the `M0_COUNTER_*` counters of this worker.
+    pub counter_add: unsafe extern "C" fn(counter: u32, value: u64),
+}
+
+/// What the host tells the plugin at init.
+#[repr(C)]
+pub struct M0InitArgs {
+    /// `sizeof(M0InitArgs)` as the host was compiled.
+    pub size: u32,
+    pub worker_index: u32,
+    /// Number of worker processes.
+    pub workers: u32,
+    /// Handler threads this worker starts with.
+    pub handler_threads: u32,
+    /// Most handler threads this worker may grow to (the adaptive pool).
+    pub max_handler_threads: u32,
+    /// 1 when the worker was started by fork+exec.
+    pub spawned: u32,
+    /// The ARG given after `--plugin` on the command line (may be empty).
+    pub arg: M0Str,
+    /// `--app-dir` (defaults to ".").
+    pub app_dir: M0Str,
+    /// `--venv` (may be empty).
+    pub venv: M0Str,
+    /// The listener's host and port.
+    pub server: M0SockAddr,
+}
+
+/// Handle one request. Return `M0_OK` once the response is finished, or a
+/// negative `M0_ERR_*`: before `response_start` it becomes that HTTP status;
+/// after it, the response is cut off and the connection closed.
+pub type M0HandleFn =
+    unsafe extern "C" fn(state: *mut c_void, request: *const M0Request, response: *mut M0Response) -> i32;
+/// Called on each handler thread when it starts, before its first `handle`.
+/// A non-zero return stops the worker.
+pub type M0ThreadStartFn = unsafe extern "C" fn(state: *mut c_void, thread_index: u32) -> i32;
+/// Called on each handler thread before it exits.
+pub type M0ThreadStopFn = unsafe extern "C" fn(state: *mut c_void, thread_index: u32);
+/// Handle `count` requests at once (with `M0_CAP_BATCH`); each must be
+/// answered through its own response.
+pub type M0HandleBatchFn = unsafe extern "C" fn(
+    state: *mut c_void,
+    requests: *const *const M0Request,
+    responses: *const *mut M0Response,
+    count: usize,
+) -> i32;
+/// Called once when the worker drains, after the last request.
+pub type M0ShutdownFn = unsafe extern "C" fn(state: *mut c_void);
+
+/// The plugin's entry points, returned by `m0_plugin_init`. Static or living
+/// as long as the process.
+#[repr(C)]
+pub struct M0PluginCalls {
+    /// `sizeof(M0PluginCalls)` as the plugin was compiled.
+    pub size: u32,
+    /// Required: see `M0HandleFn`.
+    pub handle: Option<
+        unsafe extern "C" fn(
+            state: *mut c_void,
+            request: *const M0Request,
+            response: *mut M0Response,
+        ) -> i32,
+    >,
+    /// Optional: see `M0ThreadStartFn`.
+    pub thread_start: Option<unsafe extern "C" fn(state: *mut c_void, thread_index: u32) -> i32>,
+    /// Optional: see `M0ThreadStopFn`.
+    pub thread_stop: Option<unsafe extern "C" fn(state: *mut c_void, thread_index: u32)>,
+    /// Optional, with `M0_CAP_BATCH`: see `M0HandleBatchFn`.
+    pub handle_batch: Option<
+        unsafe extern "C" fn(
+            state: *mut c_void,
+            requests: *const *const M0Request,
+            responses: *const *mut M0Response,
+            count: usize,
+        ) -> i32,
+    >,
+    /// Optional: see `M0ShutdownFn`.
+    pub shutdown: Option<unsafe extern "C" fn(state: *mut c_void)>,
+}
+
+// SAFETY: a calls table holds only function pointers.
+unsafe impl Sync for M0PluginCalls {}
+
+/// `m0_plugin_describe`: return the static descriptor. No side effects.
+pub type M0DescribeFn = unsafe extern "C" fn() -> *const M0PluginInfo;
+
+/// `m0_plugin_init`: start the plugin in this worker. On success write the
+/// calls table and the state pointer handed to every call, and return `M0_OK`.
+/// On failure write `error` and return `M0_INIT_FAILED` or `M0_INIT_REFUSED`.
+pub type M0InitFn = unsafe extern "C" fn(
+    host: *const M0Host,
+    args: *const M0InitArgs,
+    calls: *mut *const M0PluginCalls,
+    state: *mut *mut c_void,
+    error: *mut M0Error,
+) -> i32;
+
+/// Exported symbol names, without the NUL (the header has them as macros).
+pub const DESCRIBE_SYMBOL: &str = "m0_plugin_describe";
+pub const INIT_SYMBOL: &str = "m0_plugin_init";
+
+/// The smallest `M0PluginInfo` a v1 plugin can have (up to `max_batch`).
+pub const MIN_PLUGIN_INFO_SIZE: u32 = core::mem::size_of::<M0PluginInfo>() as u32;
+/// The smallest `M0PluginCalls` a v1 plugin can have (up to `shutdown`).
+pub const MIN_PLUGIN_CALLS_SIZE: u32 = core::mem::size_of::<M0PluginCalls>() as u32;

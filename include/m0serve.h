@@ -1,0 +1,346 @@
+/*
+ * m0serve plugin ABI. GENERATED from abi/src/lib.rs by cbindgen: do not edit.
+ * Refresh: M0_UPDATE_HEADER=1 cargo test -p m0serve-abi --test header
+ *
+ * A plugin includes this header only, exports m0_plugin_describe and
+ * m0_plugin_init (mark them M0_EXPORT and build with -fvisibility=hidden),
+ * and reaches the server only through the M0Host table it gets at init.
+ */
+
+#ifndef M0SERVE_H
+#define M0SERVE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#if defined(_WIN32)
+#define M0_EXPORT __declspec(dllexport)
+#else
+#define M0_EXPORT __attribute__((visibility("default")))
+#endif
+
+#define M0_DESCRIBE_SYMBOL "m0_plugin_describe"
+#define M0_INIT_SYMBOL "m0_plugin_init"
+
+typedef struct M0PluginInfo M0PluginInfo;
+typedef struct M0Host M0Host;
+typedef struct M0InitArgs M0InitArgs;
+typedef struct M0PluginCalls M0PluginCalls;
+typedef struct M0Error M0Error;
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* The two entry points every plugin exports (definitions below). */
+M0_EXPORT const M0PluginInfo *m0_plugin_describe(void);
+M0_EXPORT int32_t m0_plugin_init(const M0Host *host, const M0InitArgs *args,
+                                 const M0PluginCalls **calls, void **state,
+                                 M0Error *error);
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif
+
+
+// Major ABI version: a plugin built for another major is refused.
+#define M0_ABI_MAJOR 1
+
+// Minor ABI version: grows with additive changes.
+#define M0_ABI_MINOR 0
+
+// Success.
+#define M0_OK 0
+
+// Internal error in the plugin (500).
+#define M0_ERR_INTERNAL -1
+
+// The request is invalid for this handler (400).
+#define M0_ERR_BAD_REQUEST -2
+
+// Nothing is served here (404).
+#define M0_ERR_NOT_FOUND -3
+
+// The plugin is overloaded or not ready (503).
+#define M0_ERR_UNAVAILABLE -4
+
+// A backend the plugin waited on timed out (504).
+#define M0_ERR_TIMEOUT -5
+
+// The request body is too large for this handler (413).
+#define M0_ERR_TOO_LARGE -6
+
+// The input was understood but cannot be processed (422).
+#define M0_ERR_UNPROCESSABLE -7
+
+// The client went away; returned by host functions, not an HTTP status.
+#define M0_ERR_DISCONNECTED -100
+
+// A host function was called out of order (write before start, start twice).
+#define M0_ERR_STATE -101
+
+// An argument was invalid (a header with CR, LF or NUL, a status out of range).
+#define M0_ERR_INVALID -102
+
+// A write did not complete within the server's write timeout.
+#define M0_ERR_WRITE_TIMEOUT -103
+
+// `m0_plugin_init` status: the plugin refuses this configuration; the worker
+// exits 78 (EX_CONFIG) and is not respawned.
+#define M0_INIT_REFUSED 78
+
+// `m0_plugin_init` status: the plugin failed to start; the worker exits 1.
+#define M0_INIT_FAILED 1
+
+// Undeclared: read as `M0_CALL_PINNED`.
+#define M0_CALL_UNDECLARED 0
+
+// Every call happens on one and the same host thread.
+#define M0_CALL_PINNED 1
+
+// One call at a time, from any handler thread.
+#define M0_CALL_SERIALIZED 2
+
+// Any number of concurrent calls from any handler threads.
+#define M0_CALL_REENTRANT 3
+
+// Undeclared: read as `M0_LOCK_HELD`.
+#define M0_LOCK_UNDECLARED 0
+
+// A process-wide lock (an interpreter's GIL) is held for the whole call.
+#define M0_LOCK_HELD 1
+
+// A process-wide lock exists but calls release it while they wait or compute
+// natively, so concurrent calls overlap.
+#define M0_LOCK_RELEASED 2
+
+// No process-wide lock.
+#define M0_LOCK_NONE 3
+
+// Undeclared: read as `M0_START_NEEDS_EXEC`.
+#define M0_START_UNDECLARED 0
+
+// The plugin may be opened in a forked copy of the supervisor.
+#define M0_START_FORK_SAFE 1
+
+// The plugin must be opened in a freshly exec'd process (a runtime that does
+// not survive `fork()`: CUDA, Core ML, libdispatch).
+#define M0_START_NEEDS_EXEC 2
+
+// Capability bit: `handle_batch` may be called with several requests.
+#define M0_CAP_BATCH 1
+
+// Capability bit: the plugin reports lock wait with `M0_COUNTER_LOCK_WAIT_NS`.
+#define M0_CAP_REPORTS_LOCK_WAIT 2
+
+// Log levels for `M0Host::log`.
+#define M0_LOG_ERROR 1
+
+#define M0_LOG_WARN 2
+
+#define M0_LOG_INFO 3
+
+#define M0_LOG_DEBUG 4
+
+// Counter: nanoseconds a handler thread waited to take the plugin's
+// process-wide lock (the WSGI plugin: the GIL). Feeds the adaptive pool.
+#define M0_COUNTER_LOCK_WAIT_NS 1
+
+// Counter: times a handler thread waited for the process-wide lock.
+#define M0_COUNTER_LOCK_WAITS 2
+
+// `content_length` value for `response_start`: length unknown, the body is
+// sent chunked (HTTP/1.1) or delimited by close (HTTP/1.0).
+#define M0_LENGTH_UNKNOWN -1
+
+// Size of the message buffer in `M0Error`.
+#define M0_ERROR_MESSAGE_LEN 512
+
+// The response under construction; opaque to plugins.
+typedef struct M0Response M0Response;
+
+// A borrowed byte string: `len` bytes at `ptr`, not NUL-terminated.
+// `ptr` may be NULL only when `len` is 0.
+typedef struct M0Str {
+  const uint8_t *ptr;
+  size_t len;
+} M0Str;
+
+// One header: name and value as they arrived (names keep their case).
+typedef struct M0Header {
+  struct M0Str name;
+  struct M0Str value;
+} M0Header;
+
+// A socket address in text form, ready for logs and `REMOTE_ADDR`.
+typedef struct M0SockAddr {
+  // The IP address as text ("127.0.0.1", "::1").
+  struct M0Str ip;
+  uint16_t port;
+} M0SockAddr;
+
+// What a plugin is and how it may be called. Returned by
+// `m0_plugin_describe`, which must have no side effects: `m0serve --doctor`
+// calls it in a throwaway process.
+typedef struct M0PluginInfo {
+  // `sizeof(M0PluginInfo)` as the plugin was compiled.
+  uint32_t size;
+  // `M0_ABI_MAJOR` the plugin was built against.
+  uint32_t abi_major;
+  // `M0_ABI_MINOR` the plugin was built against.
+  uint32_t abi_minor;
+  // One of `M0_CALL_*`.
+  uint32_t call_model;
+  // Plugin name, NUL-terminated, static.
+  const char *name;
+  // Plugin version, NUL-terminated, static.
+  const char *version;
+  // Most calls in flight at once in one worker; 0 means no limit.
+  uint32_t max_concurrency;
+  // One of `M0_LOCK_*`.
+  uint32_t process_lock;
+  // One of `M0_START_*`.
+  uint32_t start;
+  // Threads one call computes with itself (a BLAS pool); 0 means 1.
+  uint32_t compute_threads;
+  // `M0_CAP_*` bits.
+  uint32_t caps;
+  // With `M0_CAP_BATCH`: the most requests in one `handle_batch` call.
+  uint32_t max_batch;
+} M0PluginInfo;
+
+// A request as the plugin sees it. Every view is borrowed from the host and
+// valid until `handle` returns.
+typedef struct M0Request {
+  // `sizeof(M0Request)` as the host was compiled.
+  uint32_t size;
+  // 0 for HTTP/1.0, 1 for HTTP/1.1.
+  uint32_t http_minor;
+  struct M0Str method;
+  // The request-target exactly as sent.
+  struct M0Str target;
+  // The path part of the target, still percent-encoded.
+  struct M0Str path;
+  // The query without the `?`; empty when there is none.
+  struct M0Str query;
+  const struct M0Header *headers;
+  size_t header_count;
+  // Body length in bytes (the host has framed it; chunked bodies are
+  // decoded), or 0 when there is none.
+  uint64_t content_length;
+  struct M0SockAddr peer;
+  struct M0SockAddr server;
+  // Index of the worker process serving this request.
+  uint32_t worker_index;
+  // Index of the handler thread making this call.
+  uint32_t thread_index;
+  // The host's own data; plugins pass the request back, never this.
+  void *host_data;
+} M0Request;
+
+// Error detail written by `m0_plugin_init` on failure; the buffer belongs to
+// the host, so nothing is freed across allocators.
+typedef struct M0Error {
+  // `sizeof(M0Error)` as the host was compiled.
+  uint32_t size;
+  // The length of the message written into `message`.
+  uint32_t message_len;
+  uint8_t message[M0_ERROR_MESSAGE_LEN];
+} M0Error;
+
+// Host functions handed to the plugin at init. Valid for the life of the
+// process; every function is safe to call from any handler thread.
+typedef struct M0Host {
+  // `sizeof(M0Host)` as the host was compiled.
+  uint32_t size;
+  uint32_t abi_major;
+  uint32_t abi_minor;
+  // Write a line to the server log (`M0_LOG_*` level).
+  void (*log)(uint32_t level, const uint8_t *message, size_t len);
+  // Begin the response. `content_length` is the exact body length, or
+  // `M0_LENGTH_UNKNOWN` to stream it chunked. Headers the host owns
+  // (Content-Length, Transfer-Encoding, Connection, Date) are refused with
+  // `M0_ERR_INVALID`; a name or value with CR, LF or NUL too.
+  int32_t (*response_start)(struct M0Response *response, uint16_t status, const struct M0Header *headers, size_t header_count, int64_t content_length);
+  // Append body bytes. With an unknown length each call is sent as one
+  // chunk; bytes are on the wire (or the socket buffer) when it returns.
+  int32_t (*response_write)(struct M0Response *response, const uint8_t *data, size_t len);
+  // End the response. A sized response that received fewer bytes than it
+  // declared is cut off and its connection closed.
+  int32_t (*response_finish)(struct M0Response *response);
+  // Start, write and finish in one call: the common case, one `writev`.
+  int32_t (*response_send)(struct M0Response *response, uint16_t status, const struct M0Header *headers, size_t header_count, const uint8_t *body, size_t body_len);
+  // Read up to `len` body bytes into `buf`. Returns the count, 0 at the
+  // end of the body, or a negative `M0_ERR_*`.
+  ptrdiff_t (*body_read)(const struct M0Request *request, uint8_t *buf, size_t len);
+  // Monotonic clock in nanoseconds.
+  uint64_t (*now_ns)(void);
+  // Add `value` to one of the `M0_COUNTER_*` counters of this worker.
+  void (*counter_add)(uint32_t counter, uint64_t value);
+} M0Host;
+
+// What the host tells the plugin at init.
+typedef struct M0InitArgs {
+  // `sizeof(M0InitArgs)` as the host was compiled.
+  uint32_t size;
+  uint32_t worker_index;
+  // Number of worker processes.
+  uint32_t workers;
+  // Handler threads this worker starts with.
+  uint32_t handler_threads;
+  // Most handler threads this worker may grow to (the adaptive pool).
+  uint32_t max_handler_threads;
+  // 1 when the worker was started by fork+exec.
+  uint32_t spawned;
+  // The ARG given after `--plugin` on the command line (may be empty).
+  struct M0Str arg;
+  // `--app-dir` (defaults to ".").
+  struct M0Str app_dir;
+  // `--venv` (may be empty).
+  struct M0Str venv;
+  // The listener's host and port.
+  struct M0SockAddr server;
+} M0InitArgs;
+
+// The plugin's entry points, returned by `m0_plugin_init`. Static or living
+// as long as the process.
+typedef struct M0PluginCalls {
+  // `sizeof(M0PluginCalls)` as the plugin was compiled.
+  uint32_t size;
+  // Required: see `M0HandleFn`.
+  int32_t (*handle)(void *state, const struct M0Request *request, struct M0Response *response);
+  // Optional: see `M0ThreadStartFn`.
+  int32_t (*thread_start)(void *state, uint32_t thread_index);
+  // Optional: see `M0ThreadStopFn`.
+  void (*thread_stop)(void *state, uint32_t thread_index);
+  // Optional, with `M0_CAP_BATCH`: see `M0HandleBatchFn`.
+  int32_t (*handle_batch)(void *state, const struct M0Request *const *requests, struct M0Response *const *responses, size_t count);
+  // Optional: see `M0ShutdownFn`.
+  void (*shutdown)(void *state);
+} M0PluginCalls;
+
+// Handle one request. Return `M0_OK` once the response is finished, or a
+// negative `M0_ERR_*`: before `response_start` it becomes that HTTP status;
+// after it, the response is cut off and the connection closed.
+typedef int32_t (*M0HandleFn)(void *state, const struct M0Request *request, struct M0Response *response);
+
+// Called on each handler thread when it starts, before its first `handle`.
+// A non-zero return stops the worker.
+typedef int32_t (*M0ThreadStartFn)(void *state, uint32_t thread_index);
+
+// Called on each handler thread before it exits.
+typedef void (*M0ThreadStopFn)(void *state, uint32_t thread_index);
+
+// Handle `count` requests at once (with `M0_CAP_BATCH`); each must be
+// answered through its own response.
+typedef int32_t (*M0HandleBatchFn)(void *state, const struct M0Request *const *requests, struct M0Response *const *responses, size_t count);
+
+// Called once when the worker drains, after the last request.
+typedef void (*M0ShutdownFn)(void *state);
+
+// `m0_plugin_describe`: return the static descriptor. No side effects.
+typedef const struct M0PluginInfo *(*M0DescribeFn)(void);
+
+// `m0_plugin_init`: start the plugin in this worker. On success write the
+// calls table and the state pointer handed to every call, and return `M0_OK`.
+// On failure write `error` and return `M0_INIT_FAILED` or `M0_INIT_REFUSED`.
+typedef int32_t (*M0InitFn)(const struct M0Host *host, const struct M0InitArgs *args, const struct M0PluginCalls **calls, void **state, struct M0Error *error);
+
+#endif  /* M0SERVE_H */
