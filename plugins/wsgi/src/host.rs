@@ -1,0 +1,179 @@
+//! The host function table, copied once at init.
+
+use std::sync::OnceLock;
+
+use m0serve_abi::{
+    M0_COUNTER_LOCK_WAIT_NS, M0_COUNTER_LOCK_WAITS, M0_LOG_DEBUG, M0_LOG_ERROR, M0_LOG_INFO,
+    M0_LOG_WARN, M0Header, M0Host, M0Request, M0Response,
+};
+
+/// The host functions this plugin uses. Copied out of the `M0Host` table so
+/// that no call depends on the host's struct layout after init.
+pub struct Host {
+    log: unsafe extern "C" fn(u32, *const u8, usize),
+    response_start: unsafe extern "C" fn(*mut M0Response, u16, *const M0Header, usize, i64) -> i32,
+    response_write: unsafe extern "C" fn(*mut M0Response, *const u8, usize) -> i32,
+    response_finish: unsafe extern "C" fn(*mut M0Response) -> i32,
+    response_send:
+        unsafe extern "C" fn(*mut M0Response, u16, *const M0Header, usize, *const u8, usize) -> i32,
+    body_read: unsafe extern "C" fn(*const M0Request, *mut u8, usize) -> isize,
+    now_ns: unsafe extern "C" fn() -> u64,
+    counter_add: unsafe extern "C" fn(u32, u64),
+}
+
+static HOST: OnceLock<Host> = OnceLock::new();
+
+/// The smallest `M0Host` this plugin can use: it needs every v1.0 function.
+const MIN_HOST_SIZE: usize = std::mem::size_of::<M0Host>();
+
+impl Host {
+    /// Copies the table. Fails when the host's table is too short.
+    ///
+    /// # Safety
+    /// `host` must point to a valid `M0Host` whose `size` tells the truth.
+    pub unsafe fn install(host: *const M0Host) -> Result<&'static Host, String> {
+        if host.is_null() {
+            return Err("wsgi: the host passed no function table".into());
+        }
+        // SAFETY: non-null, and the caller guarantees it points to an M0Host
+        // at least `size` bytes long; we read `size` first, then only fields
+        // that `size` covers.
+        let table = unsafe { &*host };
+        if (table.size as usize) < MIN_HOST_SIZE {
+            return Err(format!(
+                "wsgi: the host's function table is {} bytes, this plugin needs {MIN_HOST_SIZE}",
+                table.size
+            ));
+        }
+        if table.abi_major != m0serve_abi::M0_ABI_MAJOR {
+            return Err(format!(
+                "wsgi: host ABI major {} differs from the plugin's {}",
+                table.abi_major,
+                m0serve_abi::M0_ABI_MAJOR
+            ));
+        }
+        Ok(HOST.get_or_init(|| Host {
+            log: table.log,
+            response_start: table.response_start,
+            response_write: table.response_write,
+            response_finish: table.response_finish,
+            response_send: table.response_send,
+            body_read: table.body_read,
+            now_ns: table.now_ns,
+            counter_add: table.counter_add,
+        }))
+    }
+
+    /// The installed table. Only called after a successful init.
+    pub fn get() -> &'static Host {
+        HOST.get()
+            .expect("m0_plugin_init installs the host table first")
+    }
+
+    /// The installed table, if init got that far.
+    pub fn try_get() -> Option<&'static Host> {
+        HOST.get()
+    }
+
+    pub fn log(&self, level: u32, message: &str) {
+        // SAFETY: `log` is a host function valid for the life of the process;
+        // the pointer and length describe `message`, alive for the call.
+        unsafe { (self.log)(level, message.as_ptr(), message.len()) }
+    }
+
+    pub fn error(&self, message: &str) {
+        self.log(M0_LOG_ERROR, message)
+    }
+
+    pub fn warn(&self, message: &str) {
+        self.log(M0_LOG_WARN, message)
+    }
+
+    pub fn info(&self, message: &str) {
+        self.log(M0_LOG_INFO, message)
+    }
+
+    pub fn debug(&self, message: &str) {
+        self.log(M0_LOG_DEBUG, message)
+    }
+
+    pub fn now_ns(&self) -> u64 {
+        // SAFETY: host function without arguments, callable from any thread.
+        unsafe { (self.now_ns)() }
+    }
+
+    /// Reports one wait for the GIL.
+    pub fn lock_waited(&self, ns: u64) {
+        // SAFETY: host function, callable from any handler thread.
+        unsafe {
+            (self.counter_add)(M0_COUNTER_LOCK_WAIT_NS, ns);
+            (self.counter_add)(M0_COUNTER_LOCK_WAITS, 1);
+        }
+    }
+
+    /// # Safety
+    /// `req` must be the request of the `handle` call in progress.
+    pub unsafe fn body_read(&self, req: *const M0Request, buf: &mut [u8]) -> isize {
+        // SAFETY: the caller vouches for `req`; `buf` is writable for its length.
+        unsafe { (self.body_read)(req, buf.as_mut_ptr(), buf.len()) }
+    }
+
+    /// # Safety
+    /// `resp` must be the response of the `handle` call in progress.
+    pub unsafe fn start(
+        &self,
+        resp: *mut M0Response,
+        status: u16,
+        headers: &[M0Header],
+        content_length: i64,
+    ) -> i32 {
+        // SAFETY: the caller vouches for `resp`; `headers` and the bytes they
+        // view are alive for the call.
+        unsafe {
+            (self.response_start)(
+                resp,
+                status,
+                headers.as_ptr(),
+                headers.len(),
+                content_length,
+            )
+        }
+    }
+
+    /// # Safety
+    /// `resp` must be the response of the `handle` call in progress.
+    pub unsafe fn write(&self, resp: *mut M0Response, data: &[u8]) -> i32 {
+        // SAFETY: the caller vouches for `resp`; `data` is alive for the call.
+        unsafe { (self.response_write)(resp, data.as_ptr(), data.len()) }
+    }
+
+    /// # Safety
+    /// `resp` must be the response of the `handle` call in progress.
+    pub unsafe fn finish(&self, resp: *mut M0Response) -> i32 {
+        // SAFETY: the caller vouches for `resp`.
+        unsafe { (self.response_finish)(resp) }
+    }
+
+    /// # Safety
+    /// `resp` must be the response of the `handle` call in progress.
+    pub unsafe fn send(
+        &self,
+        resp: *mut M0Response,
+        status: u16,
+        headers: &[M0Header],
+        body: &[u8],
+    ) -> i32 {
+        // SAFETY: the caller vouches for `resp`; headers and body are alive
+        // for the call.
+        unsafe {
+            (self.response_send)(
+                resp,
+                status,
+                headers.as_ptr(),
+                headers.len(),
+                body.as_ptr(),
+                body.len(),
+            )
+        }
+    }
+}
