@@ -81,5 +81,5 @@ def run(opts) -> h.Report:
                            f"`m0serve {' '.join(BASE)} [--spawn-workers]`; unpinned.",
                            "processes = size of the server's process tree 0.5 s after the first "
                            "response (supervisor + workers)."],
-                    notes=[f"All trials (ms): " + "; ".join(
+                    notes=["All trials (ms): " + "; ".join(
                         f"{m} " + ", ".join(f"{t:.1f}" for t in ts) for m, ts in times.items())])
