@@ -8,9 +8,10 @@ use m0serve_abi::{
     M0_ERR_DISCONNECTED, M0_ERR_INTERNAL, M0_LENGTH_UNKNOWN, M0_OK, M0Header, M0Response, M0Str,
 };
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyIterator, PyList, PyString, PyTuple};
 
 use crate::gil;
 use crate::host::Host;
@@ -211,6 +212,12 @@ fn parse_headers(
                 value.to_string()
             )));
         }
+        // Optional whitespace around a field value is not part of it (RFC
+        // 9110 5.5); Django's Set-Cookie values start with a space.
+        let is_ows = |c: &&u8| **c == b' ' || **c == b'\t';
+        let lead = hbuf[vs..ve].iter().take_while(is_ows).count();
+        let trail = hbuf[vs + lead..ve].iter().rev().take_while(is_ows).count();
+        let (vs, ve) = (vs + lead, ve - trail);
         let nm = &hbuf[ns..ne];
         if nm.eq_ignore_ascii_case(b"content-length") {
             let n = parse_content_length(&hbuf[vs..ve]).ok_or_else(|| {
@@ -602,6 +609,13 @@ fn drive<'py>(
         return send_sequence(py, sr, &items);
     }
     let iter = body.try_iter().map_err(BodyError::App)?;
+    if in_memory(&iter) {
+        // `iter()` of a list or tuple (Django's HttpResponse returns one):
+        // every piece is already in memory, so taking them all delays
+        // nothing and lets the body go out sized, in one call.
+        let items = iter.collect::<PyResult<Vec<_>>>().map_err(BodyError::App)?;
+        return send_sequence(py, sr, &items);
+    }
     for item in iter {
         let item = item.map_err(BodyError::App)?;
         let chunk = as_bytes(&item)?;
@@ -651,6 +665,14 @@ fn finish_empty_or_open<'py>(
     } else {
         Ok(rc)
     }
+}
+
+/// Whether `iter` is a list or tuple iterator (exact types: nothing of the
+/// application runs while it is drained).
+fn in_memory(iter: &Bound<'_, PyIterator>) -> bool {
+    let ty = iter.get_type().as_type_ptr();
+    // Only the addresses of CPython's static type objects are taken.
+    ty == &raw mut ffi::PyListIter_Type || ty == &raw mut ffi::PyTupleIter_Type
 }
 
 fn as_bytes<'a, 'py>(item: &'a Bound<'py, PyAny>) -> Result<&'a Bound<'py, PyBytes>, BodyError> {
