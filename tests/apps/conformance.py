@@ -7,6 +7,7 @@ Served as `conformance:application` and, wrapped in wsgiref.validate, as
   start_response /start/..., /headers/..., /write
   iterable      /body/..., /file-wrapper
   resilience    /raise, /pid, /stats
+  embedding     /tstate, /signals
 
 Responses are plain text (`KEY=ascii(value)` lines) so the Rust tests need no
 JSON parser. Every response has a Content-Type (wsgiref.validate insists).
@@ -16,6 +17,7 @@ by wsgiref.validate, which proves the wrapper is engaged.
 
 import io
 import os
+import signal
 import sys
 import threading
 import time
@@ -276,6 +278,22 @@ def stats_route(environ, start_response):
     return _text(start_response, _lines(pairs))
 
 
+_local = threading.local()  # per Python thread state
+
+
+def tstate_route(environ, start_response):
+    # A handler thread that keeps its thread state keeps its threading.local.
+    _local.calls = getattr(_local, "calls", 0) + 1
+    return _text(start_response, _lines([("thread", threading.get_ident()),
+                                         ("calls", _local.calls)]))
+
+
+def signals_route(environ, start_response):
+    handler = signal.getsignal(signal.SIGINT)
+    python_owned = handler is signal.default_int_handler
+    return _text(start_response, _lines([("python_sigint_handler", ascii(python_owned))]))
+
+
 def canary(environ, start_response):
     # No Content-Type on a 200: fine for the server (and PEP 3333), an
     # AssertionError under wsgiref.validate.
@@ -294,6 +312,8 @@ ROUTES = {
     "/raise": raise_route,
     "/stats": stats_route,
     "/canary": canary,
+    "/tstate": tstate_route,
+    "/signals": signals_route,
     "/pid": lambda e, s: _text(s, f"{os.getpid()}\n".encode()),
     "/": lambda e, s: _text(s, b"conformance\n"),
 }

@@ -329,6 +329,21 @@ pub fn format_exception(py: Python<'_>, err: &PyErr) -> String {
     }
 }
 
+/// Keeps SIGINT away from Python. `install_signal_handlers = 0` stops
+/// Python from installing handlers at start, but the first `import signal`
+/// still installs its KeyboardInterrupt handler when SIGINT is at its
+/// default (CPython's signal_module_exec). Import it now, on the main
+/// thread, and put the default back: the core owns signals.
+pub fn keep_signals_default(py: Python<'_>) -> PyResult<()> {
+    let signal = py.import("signal")?;
+    let sigint = signal.getattr("SIGINT")?;
+    let current = signal.call_method1("getsignal", (&sigint,))?;
+    if current.is(&signal.getattr("default_int_handler")?) {
+        signal.call_method1("signal", (&sigint, signal.getattr("SIG_DFL")?))?;
+    }
+    Ok(())
+}
+
 /// Puts `dir` first on `sys.path`.
 pub fn prepend_sys_path(py: Python<'_>, dir: &Path) -> PyResult<()> {
     let sys = py.import("sys")?;

@@ -42,7 +42,7 @@ use crate::errors::WsgiErrors;
 use crate::gil::ThreadState;
 use crate::host::Host;
 use crate::interp::{AppSpec, InitError};
-use crate::respond::{BodyError, StartResponse};
+use crate::respond::{BodyError, HeaderBuffers, StartResponse};
 
 const VERSION: &CStr =
     match CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
@@ -88,6 +88,7 @@ struct ThreadCtx {
     template: Py<PyDict>,
     errors: Py<WsgiErrors>,
     cache: EnvironCache,
+    header_buffers: HeaderBuffers,
 }
 
 thread_local! {
@@ -249,6 +250,11 @@ unsafe fn init(host: &'static Host, args: *const M0InitArgs) -> Result<AppState,
     let multiprocess = args.workers > 1;
 
     let loaded = Python::attach(|py| -> Result<(AppState, String), InitError> {
+        if started_here {
+            interp::keep_signals_default(py).map_err(|e| {
+                InitError::failed(format!("wsgi: cannot reset Python's SIGINT handler: {e}"))
+            })?;
+        }
         interp::prepend_sys_path(py, &app_dir).map_err(|e| {
             InitError::failed(format!(
                 "wsgi: cannot put {} on sys.path: {e}",
@@ -335,6 +341,7 @@ fn start_thread(app: &AppState) -> Result<ThreadCtx, String> {
             template,
             errors,
             cache: EnvironCache::new(),
+            header_buffers: HeaderBuffers::default(),
         }),
         Err(e) => {
             // SAFETY: same thread, GIL released by `create`.
@@ -375,6 +382,7 @@ unsafe extern "C" fn thread_stop(_state: *mut c_void, _thread_index: u32) {
                 template,
                 errors,
                 cache,
+                header_buffers: _,
             } = ctx;
             // SAFETY: created on this thread by thread_start; GIL released.
             unsafe {
@@ -467,7 +475,8 @@ fn serve(
             return M0_ERR_INTERNAL;
         }
     };
-    let sr = match Bound::new(py, StartResponse::new(response)) {
+    let buffers = std::mem::take(&mut ctx.header_buffers);
+    let sr = match Bound::new(py, StartResponse::new(response, buffers)) {
         Ok(sr) => sr,
         Err(e) => {
             host.error(&format!("wsgi: {}: {e}", request_line(req)));
@@ -509,7 +518,7 @@ fn serve(
         i.invalidate();
     }
     if let Ok(mut s) = sr.try_borrow_mut() {
-        s.invalidate();
+        ctx.header_buffers = s.invalidate();
     }
     if let Ok(mut e) = ctx.errors.bind(py).try_borrow_mut() {
         e.flush_pending();

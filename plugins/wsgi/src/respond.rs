@@ -34,6 +34,13 @@ unsafe impl Send for RespPtr {}
 // SAFETY: see above.
 unsafe impl Sync for RespPtr {}
 
+/// Header buffers kept by a handler thread between requests, so a request
+/// allocates none: (latin-1 bytes, offsets).
+pub type HeaderBuffers = (Vec<u8>, Vec<[u32; 4]>);
+
+/// Buffers grown past this (an app with huge headers) are not kept.
+const RECYCLE_MAX: usize = 16 * 1024;
+
 /// Outcome of a host write.
 enum Wrote {
     Ok,
@@ -249,12 +256,15 @@ fn parse_headers(
 }
 
 impl StartResponse {
-    pub fn new(resp: *mut M0Response) -> Self {
+    /// A fresh `start_response` for one request; `buffers` are header
+    /// buffers recycled from an earlier request (see `take_buffers`).
+    pub fn new(resp: *mut M0Response, buffers: HeaderBuffers) -> Self {
+        let (hbuf, hdrs) = buffers;
         StartResponse {
             resp: RespPtr(resp),
             status: 0,
-            hbuf: Vec::new(),
-            hdrs: Vec::new(),
+            hbuf,
+            hdrs,
             declared: None,
             head_sent: false,
             finished: false,
@@ -264,9 +274,19 @@ impl StartResponse {
         }
     }
 
-    /// Called when `handle` returns: later calls fail cleanly.
-    pub fn invalidate(&mut self) {
+    /// Called when `handle` returns: later calls fail cleanly. Returns the
+    /// header buffers for the next request.
+    pub fn invalidate(&mut self) -> HeaderBuffers {
         self.resp = RespPtr(std::ptr::null_mut());
+        self.status = 0;
+        let mut hbuf = std::mem::take(&mut self.hbuf);
+        let mut hdrs = std::mem::take(&mut self.hdrs);
+        if hbuf.capacity() > RECYCLE_MAX || hdrs.capacity() > RECYCLE_MAX / 16 {
+            return HeaderBuffers::default();
+        }
+        hbuf.clear();
+        hdrs.clear();
+        (hbuf, hdrs)
     }
 
     pub fn head_sent(&self) -> bool {
@@ -601,6 +621,23 @@ fn drive<'py>(
         ))));
     }
     if let Ok(list) = body.cast_exact::<PyList>() {
+        if list.len() == 1 {
+            // The common case, `return [body]`: no collecting.
+            let item = list.get_item(0).map_err(BodyError::App)?;
+            let data = as_bytes(&item)?.as_bytes();
+            let mut this = sr.borrow_mut();
+            if this.status == 0 {
+                return Err(not_started());
+            }
+            if !this.head_sent {
+                let rc = this.send_whole(py, data);
+                return if rc < 0 {
+                    Err(BodyError::Host(rc))
+                } else {
+                    Ok(rc)
+                };
+            }
+        }
         let items: Vec<Bound<'py, PyAny>> = list.iter().collect();
         return send_sequence(py, sr, &items);
     }
