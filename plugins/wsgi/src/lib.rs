@@ -476,7 +476,9 @@ fn serve(
         }
     };
     let buffers = std::mem::take(&mut ctx.header_buffers);
-    let sr = match Bound::new(py, StartResponse::new(response, buffers)) {
+    // SAFETY: the method view is valid for the `handle` call.
+    let head_request = unsafe { req.method.as_bytes() } == b"HEAD";
+    let sr = match Bound::new(py, StartResponse::new(response, buffers, head_request)) {
         Ok(sr) => sr,
         Err(e) => {
             host.error(&format!("wsgi: {}: {e}", request_line(req)));

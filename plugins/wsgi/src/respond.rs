@@ -68,6 +68,9 @@ pub struct StartResponse {
     /// Set when a host call failed (the client went away, a timeout).
     host_error: Option<i32>,
     warned_overflow: bool,
+    /// A HEAD request: the head goes out with the length the body would
+    /// have, and no body bytes are written.
+    head_request: bool,
 }
 
 fn is_tchar(b: u8) -> bool {
@@ -258,7 +261,7 @@ fn parse_headers(
 impl StartResponse {
     /// A fresh `start_response` for one request; `buffers` are header
     /// buffers recycled from an earlier request (see `take_buffers`).
-    pub fn new(resp: *mut M0Response, buffers: HeaderBuffers) -> Self {
+    pub fn new(resp: *mut M0Response, buffers: HeaderBuffers, head_request: bool) -> Self {
         let (hbuf, hdrs) = buffers;
         StartResponse {
             resp: RespPtr(resp),
@@ -271,6 +274,7 @@ impl StartResponse {
             sent: 0,
             host_error: None,
             warned_overflow: false,
+            head_request,
         }
     }
 
@@ -365,7 +369,9 @@ impl StartResponse {
             return Wrote::Err(e);
         }
         if self.finished {
-            self.warn_overflow(py);
+            if !self.head_request {
+                self.warn_overflow(py);
+            }
             return Wrote::Full;
         }
         if !self.head_sent {
@@ -376,6 +382,14 @@ impl StartResponse {
             if rc < 0 {
                 return Wrote::Err(rc);
             }
+        }
+        if self.head_request {
+            // The head is out; a HEAD response has no body, so stop the
+            // iterable here (close() is still called).
+            return match self.finish() {
+                rc if rc < 0 => Wrote::Err(rc),
+                _ => Wrote::Full,
+            };
         }
         let mut data = data;
         let mut full = false;
@@ -438,6 +452,15 @@ impl StartResponse {
     /// Sends the whole response in one piece: status, headers, body.
     fn send_whole(&mut self, py: Python<'_>, data: &[u8]) -> i32 {
         debug_assert!(!self.head_sent);
+        if self.head_request {
+            // The length a GET would have had, no body bytes.
+            let len = self.declared.unwrap_or(data.len() as u64);
+            let rc = self.start_head(len.min(i64::MAX as u64) as i64);
+            if rc < 0 {
+                return rc;
+            }
+            return self.finish();
+        }
         match self.declared {
             Some(d) if d != data.len() as u64 => {
                 // The app's Content-Length disagrees with its body: send what
