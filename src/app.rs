@@ -1,0 +1,97 @@
+//! Startup, in the order that keeps application code out of the supervisor:
+//! parse flags, run the checks (the plugin is only probed, in a child),
+//! bind the one listener, then hand over to the supervisor, which forks or
+//! spawns the workers that open the plugin.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+use crate::checks;
+use crate::config::{Cli, Config};
+use crate::plugin::probe;
+use crate::supervisor::{self, Plan};
+use crate::worker::{self, WorkerSetup};
+
+/// Returns the process exit code.
+pub fn main() -> i32 {
+    if let Some(path) = std::env::var_os(probe::PROBE_ENV) {
+        probe::run_child(&PathBuf::from(path));
+    }
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            // --help and --version are not errors.
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    let cfg = Config::from_cli(cli);
+    if let Some(index) = std::env::var_os(supervisor::ENV_WORKER_INDEX) {
+        run_spawned_worker(&cfg, index.to_string_lossy().parse().unwrap_or(0));
+    }
+    if cfg.cli.doctor {
+        return crate::doctor::run(&cfg);
+    }
+    let mut findings = checks::run(&cfg);
+    for warning in findings.checks.iter().filter(|c| c.warning) {
+        crate::log::warn(format_args!("{}; {}", warning.detail, warning.fix.as_deref().unwrap_or("")));
+    }
+    if let Some(failed) = findings.failure() {
+        return refuse(failed);
+    }
+    let Some(addr) = findings.addr else { return 1 };
+    let listener = match crate::listener::bind(addr, cfg.cli.backlog) {
+        Ok(fd) => fd,
+        Err(e) => {
+            checks::record_bind(&mut findings, Err((e.exit_code, e.message)));
+            return refuse(findings.failure().expect("just recorded a failure"));
+        }
+    };
+    let bound = crate::listener::local_addr(&listener).unwrap_or(addr);
+    let (Some(plugin_path), Some(descriptor), Some((mode, mode_reason))) =
+        (findings.plugin_path, findings.descriptor, findings.mode)
+    else {
+        return 1;
+    };
+    let plan = Plan {
+        workers: cfg.cli.workers,
+        mode,
+        mode_reason,
+        plugin_path,
+        plugin_name: descriptor.name,
+        addr: bound,
+    };
+    supervisor::run(&cfg, &plan, listener)
+}
+
+fn refuse(check: &checks::Check) -> i32 {
+    match &check.fix {
+        Some(fix) => eprintln!("m0serve: {}; {fix}", check.detail),
+        None => eprintln!("m0serve: {}", check.detail),
+    }
+    check.exit.unwrap_or(1)
+}
+
+fn run_spawned_worker(cfg: &Config, index: u32) -> ! {
+    crate::log::set_role(format!("worker {index}"));
+    let fail = |message: String| -> ! {
+        crate::log::error(format_args!("{message}"));
+        worker::exit_now(78)
+    };
+    let (listener_fd, ready_fd) = supervisor::adopt_spawned_fds().unwrap_or_else(|e| fail(e));
+    let Some(plugin_path) = std::env::var_os(supervisor::ENV_PLUGIN_FILE) else {
+        fail(format!("spawned worker started without {}", supervisor::ENV_PLUGIN_FILE))
+    };
+    worker::run(
+        cfg,
+        WorkerSetup {
+            index,
+            workers: cfg.cli.workers,
+            listener_fd,
+            ready_fd: Some(ready_fd),
+            spawned: true,
+            plugin_path: PathBuf::from(plugin_path),
+        },
+    )
+}

@@ -1,0 +1,192 @@
+//! The startup checks, in order. One list, two callers: the server refuses
+//! by the first failed check before it binds, and `--doctor` prints the same
+//! list and exits with the first failure's code, so the two cannot disagree.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::plugin::descriptor::ProcessLock;
+use crate::plugin::{Descriptor, probe, resolve};
+use crate::supervisor::Mode;
+use crate::worker::sizing::{self, PoolPlan};
+
+/// How long a plugin may take to load in the probe.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone)]
+pub struct Check {
+    pub name: &'static str,
+    pub ok: bool,
+    pub detail: String,
+    /// For failures and warnings: what to change.
+    pub fix: Option<String>,
+    /// For failures: the exit code.
+    pub exit: Option<i32>,
+    /// A warning: reported, never fails.
+    pub warning: bool,
+}
+
+impl Check {
+    fn pass(name: &'static str, detail: impl Into<String>) -> Check {
+        Check { name, ok: true, detail: detail.into(), fix: None, exit: None, warning: false }
+    }
+    fn fail(name: &'static str, exit: i32, detail: impl Into<String>, fix: impl Into<String>) -> Check {
+        Check { name, ok: false, detail: detail.into(), fix: Some(fix.into()), exit: Some(exit), warning: false }
+    }
+    fn warn(name: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Check {
+        Check { name, ok: true, detail: detail.into(), fix: Some(fix.into()), exit: None, warning: true }
+    }
+}
+
+/// Everything the checks found out, for the server and the doctor.
+#[derive(Debug, Default)]
+pub struct Findings {
+    pub checks: Vec<Check>,
+    pub addr: Option<SocketAddr>,
+    pub plugin_path: Option<PathBuf>,
+    pub descriptor: Option<Descriptor>,
+    pub mode: Option<(Mode, String)>,
+    pub pool: Option<PoolPlan>,
+    pub usable_cpus: usize,
+}
+
+impl Findings {
+    /// The first failed check.
+    pub fn failure(&self) -> Option<&Check> {
+        self.checks.iter().find(|c| !c.ok)
+    }
+
+    pub fn exit_code(&self) -> i32 {
+        self.failure().and_then(|c| c.exit).unwrap_or(0)
+    }
+
+    fn push(&mut self, check: Check) -> bool {
+        let ok = check.ok;
+        self.checks.push(check);
+        ok
+    }
+}
+
+/// Run every check up to the first failure. The port check is left to the
+/// caller: the server binds for real, the doctor binds and releases.
+pub fn run(cfg: &Config) -> Findings {
+    let cli = &cfg.cli;
+    let mut f = Findings { usable_cpus: crate::topology::usable_cpus(), ..Findings::default() };
+
+    let ip = match crate::listener::parse_host(&cli.host) {
+        Ok(ip) => ip,
+        Err(e) => {
+            f.push(Check::fail("host", 2, e, "pass --host with an IP address"));
+            return f;
+        }
+    };
+    f.addr = Some(SocketAddr::new(ip, cli.port));
+    f.push(Check::pass("host", format!("listen on {}", crate::supervisor::fmt_addr(SocketAddr::new(ip, cli.port)))));
+
+    if !cli.app_dir.is_dir() {
+        f.push(Check::fail(
+            "app-dir",
+            1,
+            format!("--app-dir {} is not a directory", cli.app_dir.display()),
+            "pass --app-dir with an existing directory (default: the current directory)",
+        ));
+        return f;
+    }
+    f.push(Check::pass("app-dir", cli.app_dir.display().to_string()));
+
+    if let Some(venv) = &cli.venv
+        && !venv.join("bin").is_dir()
+    {
+        f.push(Check::fail(
+            "venv",
+            1,
+            format!("--venv {} is not a virtual environment (no bin/)", venv.display()),
+            "create it with python3 -m venv, or drop --venv",
+        ));
+        return f;
+    }
+
+    let Some(spec) = cli.plugin.as_deref() else {
+        f.push(Check::fail(
+            "plugin",
+            2,
+            "no plugin given",
+            "pass --plugin with a path or a short name, e.g. --plugin hello_c",
+        ));
+        return f;
+    };
+    let path = std::env::var_os(crate::supervisor::ENV_PLUGIN_FILE).map(PathBuf::from);
+    let path = match path.map(Ok).unwrap_or_else(|| resolve(spec)) {
+        Ok(p) => p,
+        Err(e) => {
+            let fix = if e.exit_code == 2 { "name a plugin with --plugin" } else { "build the plugin or fix the path" };
+            f.push(Check::fail("plugin", e.exit_code, e.message, fix));
+            return f;
+        }
+    };
+    f.push(Check::pass("plugin", format!("{spec} resolves to {}", path.display())));
+    f.plugin_path = Some(path.clone());
+
+    let descriptor = match probe::probe(&path, PROBE_TIMEOUT) {
+        Ok(d) => d,
+        Err(e) => {
+            f.push(Check::fail("plugin-abi", e.exit_code, e.message, "rebuild the plugin against include/m0serve.h"));
+            return f;
+        }
+    };
+    f.push(Check::pass(
+        "plugin-abi",
+        format!("{} {} speaks ABI {}.{}", descriptor.name, descriptor.version, descriptor.abi_major, descriptor.abi_minor),
+    ));
+
+    let mode = if cli.spawn_workers {
+        (Mode::Spawn, "--spawn-workers".to_string())
+    } else if descriptor.needs_exec {
+        (Mode::Spawn, format!("plugin {} must start in a freshly exec'd process", descriptor.name))
+    } else {
+        (Mode::Fork, "default".to_string())
+    };
+    f.push(Check::pass("worker-mode", format!("{} ({})", if mode.0 == Mode::Spawn { "spawn" } else { "fork" }, mode.1)));
+    f.mode = Some(mode);
+
+    let plan = sizing::plan(&descriptor, cli.blocking_threads, f.usable_cpus);
+    f.push(Check::pass("handler-threads", plan.reason.clone()));
+    if descriptor.process_lock == ProcessLock::Held && !plan.adaptive && plan.initial > 2 {
+        f.push(Check::warn(
+            "lock-held-pool",
+            format!(
+                "plugin {} holds a process-wide lock for each call, and --blocking-threads {} gives it more \
+                 threads than can ever run at once",
+                descriptor.name, plan.initial
+            ),
+            "use --blocking-threads 1 or 2 (or leave it unset), and scale with --workers",
+        ));
+    }
+    if descriptor.compute_threads > 1 && cli.workers as usize > f.usable_cpus {
+        f.push(Check::warn(
+            "workers-vs-cpus",
+            format!(
+                "{} workers on {} usable CPUs, and plugin {} computes with {} threads per call",
+                cli.workers, f.usable_cpus, descriptor.name, descriptor.compute_threads
+            ),
+            "use at most as many --workers as usable CPUs",
+        ));
+    }
+    f.pool = Some(plan);
+    f.descriptor = Some(descriptor);
+    f
+}
+
+/// Record the outcome of binding (or the doctor's trial bind).
+pub fn record_bind(f: &mut Findings, result: Result<SocketAddr, (i32, String)>) {
+    match result {
+        Ok(addr) => {
+            f.push(Check::pass("port", format!("{} is free", crate::supervisor::fmt_addr(addr))));
+        }
+        Err((code, message)) => {
+            f.push(Check::fail("port", code, message, "stop the other process or pick another port with --port"));
+        }
+    }
+}

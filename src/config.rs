@@ -1,0 +1,199 @@
+//! Command line and environment, resolved once into `Config`.
+//!
+//! Precedence lives here and nowhere else: a flag beats its `M0_*` variable,
+//! which beats the default (clap's `env` does exactly that). A bad value in
+//! either is a usage error naming the flag (exit 2).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+use crate::http::head::{Limits, MAX_HEADERS_CEILING};
+
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "m0serve",
+    version,
+    about = "An HTTP/1.1 application server whose handlers are C-ABI plugins",
+    after_help = "Exit codes: 0 stopped cleanly, 1 startup failure, 2 usage error, 78 configuration refused.\n\
+                  Examples:\n  m0serve --plugin hello_c\n  m0serve --plugin wsgi --workers 2 myproject.wsgi:application"
+)]
+pub struct Cli {
+    /// Plugin to serve: a path to a shared library, or a short name
+    /// (hello_c, wsgi) looked up beside the binary and in M0_PLUGIN_PATH.
+    #[arg(long, env = "M0_PLUGIN", value_name = "PLUGIN")]
+    pub plugin: Option<String>,
+
+    /// Handed to the plugin: a WSGI app spec (MODULE[:ATTR]), a model folder.
+    #[arg(value_name = "ARG")]
+    pub arg: Option<String>,
+
+    /// Address to listen on.
+    #[arg(long, env = "M0_HOST", default_value = "127.0.0.1")]
+    pub host: String,
+
+    /// Port to listen on (0 picks a free one and prints it).
+    #[arg(long, env = "M0_PORT", default_value_t = 8000)]
+    pub port: u16,
+
+    /// Worker processes.
+    #[arg(long, env = "M0_WORKERS", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=512))]
+    pub workers: u32,
+
+    /// Start each worker by fork+exec of this binary instead of fork alone.
+    #[arg(long, env = "M0_SPAWN_WORKERS", value_parser = parse_bool_flag, num_args = 0, default_missing_value = "true", default_value = "false")]
+    pub spawn_workers: bool,
+
+    /// Handler threads per worker (default: sized from the plugin's
+    /// declaration, then adapted).
+    #[arg(long, env = "M0_BLOCKING_THREADS", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub blocking_threads: Option<u32>,
+
+    /// Requests queued per worker before the server answers 503.
+    #[arg(long, env = "M0_QUEUE_DEPTH", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    pub queue_depth: u32,
+
+    /// Largest request body, with an optional k/m/g suffix (binary units).
+    #[arg(long, env = "M0_MAX_BODY", default_value = "4m", value_parser = parse_size)]
+    pub max_body: u64,
+
+    /// Largest request line plus header fields, in bytes (k/m suffix).
+    #[arg(long, env = "M0_MAX_HEADER_BYTES", default_value = "16k", value_parser = parse_size)]
+    pub max_header_bytes: u64,
+
+    /// Most header fields in a request.
+    #[arg(long, env = "M0_MAX_HEADERS", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=MAX_HEADERS_CEILING as i64))]
+    pub max_headers: u32,
+
+    /// Longest request-target, in bytes (k suffix).
+    #[arg(long, env = "M0_MAX_URI", default_value = "8k", value_parser = parse_size)]
+    pub max_uri: u64,
+
+    /// Seconds a client has to send a complete request head (408 after).
+    #[arg(long, env = "M0_HEADER_TIMEOUT", default_value = "10", value_parser = parse_seconds)]
+    pub header_timeout: Duration,
+
+    /// Seconds a request body may stall between reads (408 after).
+    #[arg(long, env = "M0_BODY_TIMEOUT", default_value = "30", value_parser = parse_seconds)]
+    pub body_timeout: Duration,
+
+    /// Seconds an idle keep-alive connection stays open; also bounds a
+    /// response the client stops reading.
+    #[arg(long, env = "M0_IDLE_TIMEOUT", default_value = "60", value_parser = parse_seconds)]
+    pub idle_timeout: Duration,
+
+    /// Requests served on one connection before it is closed (0: no cap).
+    #[arg(long, env = "M0_MAX_KEEPALIVE_REQUESTS", default_value_t = 1000)]
+    pub max_keepalive_requests: u32,
+
+    /// Seconds a stopping worker has to finish requests in flight.
+    #[arg(long, env = "M0_GRACEFUL_TIMEOUT", default_value = "30", value_parser = parse_seconds)]
+    pub graceful_timeout: Duration,
+
+    /// Listen backlog.
+    #[arg(long, env = "M0_BACKLOG", default_value_t = 1024)]
+    pub backlog: u32,
+
+    /// Directory put first on the application's import path.
+    #[arg(long, env = "M0_APP_DIR", default_value = ".")]
+    pub app_dir: PathBuf,
+
+    /// Python virtual environment for the WSGI plugin (else VIRTUAL_ENV).
+    #[arg(long, env = "M0_VENV")]
+    pub venv: Option<PathBuf>,
+
+    /// Print the configuration the server would run as JSON and exit with
+    /// the code the server would exit with. Binds nothing.
+    #[arg(long)]
+    pub doctor: bool,
+}
+
+/// `--flag`, `--flag=true|false|1|0`, `M0_FLAG=1`.
+fn parse_bool_flag(s: &str) -> Result<bool, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" | "" => Ok(false),
+        _ => Err(format!("expected true or false (or 1/0), got {s:?}")),
+    }
+}
+
+/// `4096`, `16k`, `4m`, `1g` (binary units).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (digits, mult) = match t.as_bytes().last() {
+        Some(b'k' | b'K') => (&t[..t.len() - 1], 1u64 << 10),
+        Some(b'm' | b'M') => (&t[..t.len() - 1], 1u64 << 20),
+        Some(b'g' | b'G') => (&t[..t.len() - 1], 1u64 << 30),
+        _ => (t, 1),
+    };
+    let n: u64 = digits.parse().map_err(|_| format!("expected a size like 4096, 16k, 4m or 1g, got {s:?}"))?;
+    n.checked_mul(mult).ok_or_else(|| format!("size {s:?} is too large"))
+}
+
+/// Seconds, fractions allowed (`0.5`); 0 is allowed and means "no limit"
+/// for the idle and body timeouts.
+fn parse_seconds(s: &str) -> Result<Duration, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("expected seconds like 30 or 0.5, got {s:?}"))?;
+    if !v.is_finite() || !(0.0..=86_400.0 * 365.0).contains(&v) {
+        return Err(format!("expected seconds between 0 and a year, got {s:?}"));
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+/// Everything a worker needs, fixed at startup.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub cli: Cli,
+    pub limits: Limits,
+}
+
+impl Config {
+    pub fn from_cli(cli: Cli) -> Config {
+        let limits = Limits {
+            max_head_bytes: cli.max_header_bytes.min(u32::MAX as u64 / 2) as usize,
+            max_headers: cli.max_headers as usize,
+            max_uri: cli.max_uri.min(u32::MAX as u64 / 2) as usize,
+            max_body: cli.max_body,
+        };
+        Config { cli, limits }
+    }
+
+    /// A timeout of 0 means "never".
+    pub fn timeout(d: Duration) -> Option<Duration> {
+        (!d.is_zero()).then_some(d)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("16k").unwrap(), 16 * 1024);
+        assert_eq!(parse_size("4M").unwrap(), 4 << 20);
+        assert!(parse_size("4x").is_err());
+        assert!(parse_size("-1").is_err());
+        assert!(parse_size("99999999999g").is_err());
+    }
+
+    #[test]
+    fn flag_beats_env_beats_default() {
+        // clap reads the environment; keep this test's variable unique.
+        let cli = Cli::try_parse_from(["m0serve", "--plugin", "x"]).unwrap();
+        assert_eq!(cli.port, 8000);
+        let cli = Cli::try_parse_from(["m0serve", "--plugin", "x", "--port", "9001"]).unwrap();
+        assert_eq!(cli.port, 9001);
+        assert!(Cli::try_parse_from(["m0serve", "--port", "80eighty"]).is_err());
+        assert!(Cli::try_parse_from(["m0serve", "--workers", "0"]).is_err());
+    }
+
+    #[test]
+    fn seconds() {
+        assert_eq!(parse_seconds("0.5").unwrap(), Duration::from_millis(500));
+        assert!(parse_seconds("-1").is_err());
+        assert!(parse_seconds("soon").is_err());
+    }
+}

@@ -1,0 +1,149 @@
+//! `m0serve --doctor`: the configuration the server would run, as one JSON
+//! object on stdout, and the exit code it would exit with. Binds nothing
+//! that it keeps and serves nothing; the plugin is probed in a child.
+
+use crate::checks::{self, Findings};
+use crate::config::Config;
+use crate::json::Json;
+use crate::supervisor::Mode;
+
+/// FNV-1a of the checked-in header, so a bug report names the exact ABI.
+pub fn header_fingerprint() -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in include_bytes!("../include/m0serve.h") {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
+pub fn run(cfg: &Config) -> i32 {
+    let mut findings = checks::run(cfg);
+    if findings.failure().is_none()
+        && let Some(addr) = findings.addr
+    {
+        // Bind and release at once: the only way to know the port is free.
+        let result = crate::listener::bind(addr, 1)
+            .map(|fd| crate::listener::local_addr(&fd).unwrap_or(addr))
+            .map_err(|e| (e.exit_code, e.message));
+        checks::record_bind(&mut findings, result);
+    }
+    let exit = findings.exit_code();
+    println!("{}", report(cfg, &findings, exit));
+    exit
+}
+
+fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
+    let cli = &cfg.cli;
+    let mut j = Json::new();
+    j.begin_object(None).str("m0serve", env!("CARGO_PKG_VERSION")).bool("ok", exit == 0).num("exit", exit);
+
+    j.begin_object(Some("build"))
+        .str("version", env!("CARGO_PKG_VERSION"))
+        .str("os", std::env::consts::OS)
+        .str("arch", std::env::consts::ARCH)
+        .num("abi_major", m0serve_abi::M0_ABI_MAJOR)
+        .num("abi_minor", m0serve_abi::M0_ABI_MINOR)
+        .str("header_fingerprint", &header_fingerprint())
+        .end_object();
+
+    j.begin_object(Some("plugin")).opt_str("requested", cli.plugin.as_deref());
+    j.opt_str("file", f.plugin_path.as_ref().map(|p| p.display().to_string()).as_deref());
+    j.begin_array("searched");
+    for dir in crate::plugin::loader::search_dirs() {
+        j.item_str(&dir.display().to_string());
+    }
+    j.end_array();
+    match &f.descriptor {
+        Some(d) => {
+            j.str("name", &d.name)
+                .str("version", &d.version)
+                .str("abi", &format!("{}.{}", d.abi_major, d.abi_minor))
+                .str("call_model", d.call_model_name())
+                .num("max_concurrency", d.max_concurrency)
+                .str("process_lock", d.process_lock_name())
+                .bool("needs_exec", d.needs_exec)
+                .num("compute_threads", d.compute_threads)
+                .bool("batching", d.batch)
+                .num("max_batch", d.max_batch);
+        }
+        None => {
+            j.null("name");
+        }
+    }
+    j.end_object();
+
+    j.begin_object(Some("topology"))
+        .num("online_cpus", crate::topology::online_cpus())
+        .num("affinity_cpus", crate::topology::affinity_cpus());
+    match crate::topology::cgroup_quota_cpus() {
+        Some(q) => j.num("cgroup_quota_cpus", q),
+        None => j.null("cgroup_quota_cpus"),
+    };
+    j.num("usable_cpus", f.usable_cpus).num("workers", cli.workers);
+    match &f.mode {
+        Some((mode, why)) => {
+            j.str("worker_mode", if *mode == Mode::Spawn { "spawn" } else { "fork" }).str("worker_mode_reason", why)
+        }
+        None => j.null("worker_mode"),
+    };
+    j.bool("accept_sharing", cli.workers > 1 && accept_sharing_enabled());
+    j.begin_object(Some("handler_threads"));
+    match &f.pool {
+        Some(p) => {
+            j.str("source", if p.adaptive { "adaptive" } else { "configured" })
+                .num("initial", p.initial)
+                .num("min", p.min)
+                .num("max", p.max)
+                .str("reason", &p.reason);
+        }
+        None => {
+            j.str("source", if cli.blocking_threads.is_some() { "configured" } else { "adaptive" });
+            match cli.blocking_threads {
+                Some(n) => j.num("initial", n),
+                None => j.null("initial"),
+            };
+        }
+    }
+    j.end_object().end_object();
+
+    j.begin_object(Some("server"))
+        .str("host", &cli.host)
+        .num("port", cli.port)
+        .str("app_dir", &cli.app_dir.display().to_string())
+        .opt_str("venv", cli.venv.as_ref().map(|p| p.display().to_string()).as_deref())
+        .num("max_body", cli.max_body)
+        .num("max_header_bytes", cli.max_header_bytes)
+        .num("max_headers", cli.max_headers)
+        .num("max_uri", cli.max_uri)
+        .num("header_timeout_s", cli.header_timeout.as_secs_f64())
+        .num("body_timeout_s", cli.body_timeout.as_secs_f64())
+        .num("idle_timeout_s", cli.idle_timeout.as_secs_f64())
+        .num("graceful_timeout_s", cli.graceful_timeout.as_secs_f64())
+        .num("max_keepalive_requests", cli.max_keepalive_requests)
+        .num("queue_depth", cli.queue_depth)
+        .num("backlog", cli.backlog)
+        .end_object();
+
+    j.begin_array("checks");
+    for c in &f.checks {
+        j.begin_object(None).str("name", c.name).bool("ok", c.ok).str("detail", &c.detail);
+        if c.warning {
+            j.bool("warning", true);
+        }
+        if let Some(fix) = &c.fix {
+            j.str("fix", fix);
+        }
+        if let Some(exit) = c.exit {
+            j.num("exit", exit);
+        }
+        j.end_object();
+    }
+    j.end_array().end_object();
+    j.finish()
+}
+
+/// `M0_ACCEPT_SHARE=0` turns accept sharing off (for measurement).
+pub fn accept_sharing_enabled() -> bool {
+    std::env::var("M0_ACCEPT_SHARE").map(|v| v != "0").unwrap_or(true)
+}

@@ -1,0 +1,149 @@
+//! A plugin's declaration, copied out of its static `M0PluginInfo` and read
+//! with "undeclared means the safest choice".
+
+use m0serve_abi as abi;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallModel {
+    Pinned,
+    Serialized,
+    Reentrant,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcessLock {
+    /// Held for the whole call (a GIL): calls never overlap.
+    Held,
+    /// Exists but released while waiting or computing natively.
+    Released,
+    None,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Descriptor {
+    pub name: String,
+    pub version: String,
+    pub abi_major: u32,
+    pub abi_minor: u32,
+    pub call_model: CallModel,
+    /// 0: no limit.
+    pub max_concurrency: u32,
+    pub process_lock: ProcessLock,
+    pub needs_exec: bool,
+    pub compute_threads: u32,
+    pub batch: bool,
+    pub max_batch: u32,
+    pub reports_lock_wait: bool,
+}
+
+impl Descriptor {
+    /// Read a descriptor the caller has checked for size and version.
+    pub fn from_info(info: &abi::M0PluginInfo) -> Descriptor {
+        Descriptor {
+            name: c_text(info.name, "(unnamed)"),
+            version: c_text(info.version, "(no version)"),
+            abi_major: info.abi_major,
+            abi_minor: info.abi_minor,
+            call_model: match info.call_model {
+                abi::M0_CALL_REENTRANT => CallModel::Reentrant,
+                abi::M0_CALL_SERIALIZED => CallModel::Serialized,
+                _ => CallModel::Pinned,
+            },
+            max_concurrency: info.max_concurrency,
+            process_lock: match info.process_lock {
+                abi::M0_LOCK_NONE => ProcessLock::None,
+                abi::M0_LOCK_RELEASED => ProcessLock::Released,
+                _ => ProcessLock::Held,
+            },
+            needs_exec: info.start != abi::M0_START_FORK_SAFE,
+            compute_threads: info.compute_threads.max(1),
+            batch: info.caps & abi::M0_CAP_BATCH != 0,
+            max_batch: info.max_batch,
+            reports_lock_wait: info.caps & abi::M0_CAP_REPORTS_LOCK_WAIT != 0,
+        }
+    }
+
+    /// Most calls that may be in flight at once in one worker.
+    pub fn concurrency_cap(&self) -> u32 {
+        match self.call_model {
+            CallModel::Pinned | CallModel::Serialized => 1,
+            CallModel::Reentrant if self.max_concurrency > 0 => self.max_concurrency,
+            CallModel::Reentrant => u32::MAX,
+        }
+    }
+
+    pub fn call_model_name(&self) -> &'static str {
+        match self.call_model {
+            CallModel::Pinned => "pinned",
+            CallModel::Serialized => "serialized",
+            CallModel::Reentrant => "reentrant",
+        }
+    }
+
+    pub fn process_lock_name(&self) -> &'static str {
+        match self.process_lock {
+            ProcessLock::Held => "held",
+            ProcessLock::Released => "released",
+            ProcessLock::None => "none",
+        }
+    }
+}
+
+fn c_text(p: *const core::ffi::c_char, fallback: &str) -> String {
+    if p.is_null() {
+        return fallback.to_string();
+    }
+    // SAFETY: the ABI says name and version are static NUL-terminated strings.
+    unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+impl Descriptor {
+    /// `key=value` lines, the probe child's report (see `probe.rs`).
+    pub fn to_lines(&self) -> String {
+        format!(
+            "name={}\nversion={}\nabi_major={}\nabi_minor={}\ncall_model={}\nmax_concurrency={}\nprocess_lock={}\n\
+             needs_exec={}\ncompute_threads={}\nbatch={}\nmax_batch={}\nreports_lock_wait={}\n",
+            self.name.replace('\n', " "),
+            self.version.replace('\n', " "),
+            self.abi_major,
+            self.abi_minor,
+            self.call_model_name(),
+            self.max_concurrency,
+            self.process_lock_name(),
+            u8::from(self.needs_exec),
+            self.compute_threads,
+            u8::from(self.batch),
+            self.max_batch,
+            u8::from(self.reports_lock_wait),
+        )
+    }
+
+    pub fn from_lines(text: &str) -> Option<Descriptor> {
+        let get = |key: &str| {
+            text.lines().find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix('=')).map(str::to_string))
+        };
+        let num = |key: &str| get(key).and_then(|v| v.parse::<u32>().ok());
+        Some(Descriptor {
+            name: get("name")?,
+            version: get("version")?,
+            abi_major: num("abi_major")?,
+            abi_minor: num("abi_minor")?,
+            call_model: match get("call_model")?.as_str() {
+                "reentrant" => CallModel::Reentrant,
+                "serialized" => CallModel::Serialized,
+                _ => CallModel::Pinned,
+            },
+            max_concurrency: num("max_concurrency")?,
+            process_lock: match get("process_lock")?.as_str() {
+                "none" => ProcessLock::None,
+                "released" => ProcessLock::Released,
+                _ => ProcessLock::Held,
+            },
+            needs_exec: num("needs_exec")? != 0,
+            compute_threads: num("compute_threads")?,
+            batch: num("batch")? != 0,
+            max_batch: num("max_batch")?,
+            reports_lock_wait: num("reports_lock_wait")? != 0,
+        })
+    }
+}

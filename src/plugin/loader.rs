@@ -1,0 +1,227 @@
+//! Finding a plugin file, opening it and checking that it speaks our ABI.
+//!
+//! Opened `RTLD_NOW | RTLD_LOCAL` (unresolved symbols fail here, not on the
+//! first request; plugins cannot see each other) and never unloaded: a
+//! runtime such as CPython crashes if its library goes away under a thread.
+
+use std::ffi::c_void;
+use std::path::{Path, PathBuf};
+
+use m0serve_abi as abi;
+
+use super::descriptor::Descriptor;
+
+/// Exit codes, as documented in the README.
+pub const EXIT_STARTUP: i32 = 1;
+pub const EXIT_REFUSED: i32 = 78;
+
+#[derive(Debug, Clone)]
+pub struct PluginError {
+    pub exit_code: i32,
+    pub message: String,
+}
+
+impl PluginError {
+    fn refused(message: String) -> PluginError {
+        PluginError { exit_code: EXIT_REFUSED, message }
+    }
+    fn startup(message: String) -> PluginError {
+        PluginError { exit_code: EXIT_STARTUP, message }
+    }
+}
+
+/// The file names a short name may have, in lookup order.
+fn candidate_names(short: &str) -> [String; 3] {
+    [format!("lib{short}.so"), format!("libm0_{short}.so"), format!("{short}.so")]
+}
+
+/// The directories searched for a short name: beside the binary, then each
+/// entry of `M0_PLUGIN_PATH`.
+pub fn search_dirs() -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    if let Some(dir) = std::env::current_exe().ok().and_then(|p| p.parent().map(Path::to_path_buf)) {
+        dirs.push(dir);
+    }
+    if let Some(path) = std::env::var_os("M0_PLUGIN_PATH") {
+        dirs.extend(std::env::split_paths(&path).filter(|p| !p.as_os_str().is_empty()));
+    }
+    dirs
+}
+
+/// Resolve `--plugin` to a file: a path is taken as given, a short name is
+/// looked up. The error lists every place tried.
+pub fn resolve(spec: &str) -> Result<PathBuf, PluginError> {
+    if spec.is_empty() {
+        return Err(PluginError { exit_code: 2, message: "--plugin is empty; name a plugin".into() });
+    }
+    if spec.contains('/') || spec.ends_with(".so") {
+        let path = PathBuf::from(spec);
+        return if path.is_file() {
+            Ok(path)
+        } else {
+            Err(PluginError::startup(format!(
+                "plugin file {spec} does not exist; pass a path to a built plugin or a short name such as hello_c"
+            )))
+        };
+    }
+    let mut tried = Vec::new();
+    for dir in search_dirs() {
+        for name in candidate_names(spec) {
+            let path = dir.join(name);
+            if path.is_file() {
+                return Ok(path);
+            }
+            tried.push(path.display().to_string());
+        }
+    }
+    Err(PluginError::startup(format!(
+        "plugin {spec:?} not found; looked for {}; build it (cargo build) or set M0_PLUGIN_PATH",
+        tried.join(", ")
+    )))
+}
+
+/// An opened plugin whose descriptor passed the ABI checks.
+pub struct Plugin {
+    pub path: PathBuf,
+    pub descriptor: Descriptor,
+    init: abi::M0InitFn,
+}
+
+/// The plugin's calls table, checked and copied.
+#[derive(Clone, Copy)]
+pub struct Calls {
+    pub handle: unsafe extern "C" fn(*mut c_void, *const abi::M0Request, *mut abi::M0Response) -> i32,
+    pub thread_start: Option<unsafe extern "C" fn(*mut c_void, u32) -> i32>,
+    pub thread_stop: Option<unsafe extern "C" fn(*mut c_void, u32)>,
+    pub shutdown: Option<unsafe extern "C" fn(*mut c_void)>,
+    pub state: *mut c_void,
+}
+
+// SAFETY: the plugin's state pointer is handed to its calls from whichever
+// threads its declared call model allows; the plugin promises that by
+// declaring it, and the pool honours the declaration.
+unsafe impl Send for Calls {}
+// SAFETY: as above; Calls itself is immutable.
+unsafe impl Sync for Calls {}
+
+impl Plugin {
+    /// Open the file and check its descriptor.
+    pub fn open(path: &Path) -> Result<Plugin, PluginError> {
+        let flags = libc::RTLD_NOW | libc::RTLD_LOCAL;
+        // SAFETY: opening a library runs its constructors; loading the plugin
+        // the user named is the point of this program, and we do it in a
+        // worker process (or the doctor's throwaway probe), never in the
+        // supervisor.
+        let lib = unsafe { libloading::os::unix::Library::open(Some(path), flags) }
+            .map_err(|e| PluginError::startup(format!("cannot open plugin {}: {e}", path.display())))?;
+        // Never unloaded: see the module docs.
+        let lib: &'static libloading::os::unix::Library = Box::leak(Box::new(lib));
+        let missing = |sym: &str, e: libloading::Error| {
+            PluginError::refused(format!(
+                "plugin {} does not export {sym} ({e}); a plugin exports m0_plugin_describe and m0_plugin_init, \
+                 see include/m0serve.h",
+                path.display()
+            ))
+        };
+        // SAFETY: the symbol's type is fixed by the ABI (M0DescribeFn).
+        let describe = unsafe { lib.get::<abi::M0DescribeFn>(abi::DESCRIBE_SYMBOL) }
+            .map_err(|e| missing(abi::DESCRIBE_SYMBOL, e))?;
+        // SAFETY: the symbol's type is fixed by the ABI (M0InitFn).
+        let init = unsafe { lib.get::<abi::M0InitFn>(abi::INIT_SYMBOL) }.map_err(|e| missing(abi::INIT_SYMBOL, e))?;
+        let describe: abi::M0DescribeFn = *describe;
+        let init: abi::M0InitFn = *init;
+        // SAFETY: describe is side-effect free by contract and returns a
+        // pointer to a static descriptor or NULL.
+        let info = unsafe { describe() };
+        let descriptor = check_info(path, info)?;
+        Ok(Plugin { path: path.to_path_buf(), descriptor, init })
+    }
+
+    /// Run the plugin's init in this worker and check the calls table.
+    pub fn init(&self, host: &'static abi::M0Host, args: &abi::M0InitArgs) -> Result<Calls, PluginError> {
+        let mut calls: *const abi::M0PluginCalls = std::ptr::null();
+        let mut state: *mut c_void = std::ptr::null_mut();
+        let mut error = abi::M0Error {
+            size: std::mem::size_of::<abi::M0Error>() as u32,
+            message_len: 0,
+            message: [0; abi::M0_ERROR_MESSAGE_LEN],
+        };
+        // SAFETY: every pointer is valid for the call; the plugin writes the
+        // out-parameters only on success and the message into our buffer.
+        let status = unsafe { (self.init)(host, args, &mut calls, &mut state, &mut error) };
+        let name = &self.descriptor.name;
+        if status != abi::M0_OK {
+            let len = (error.message_len as usize).min(error.message.len());
+            let detail = String::from_utf8_lossy(&error.message[..len]).trim_end().to_string();
+            let detail = if detail.is_empty() { "no detail given".to_string() } else { detail };
+            let exit_code = if status == abi::M0_INIT_REFUSED { EXIT_REFUSED } else { EXIT_STARTUP };
+            let verb = if exit_code == EXIT_REFUSED { "refused the configuration" } else { "failed to start" };
+            return Err(PluginError { exit_code, message: format!("plugin {name} {verb}: {detail}") });
+        }
+        if calls.is_null() {
+            return Err(PluginError::refused(format!("plugin {name} returned no calls table from m0_plugin_init")));
+        }
+        // SAFETY: non-null, and the plugin keeps the table alive for the process.
+        let size = unsafe { (*calls).size };
+        if size < abi::MIN_PLUGIN_CALLS_SIZE {
+            return Err(PluginError::refused(format!(
+                "plugin {name}'s M0PluginCalls is {size} bytes, smaller than ABI v1's {}; rebuild it against this \
+                 m0serve's include/m0serve.h",
+                abi::MIN_PLUGIN_CALLS_SIZE
+            )));
+        }
+        // SAFETY: the size check above covers every field read here.
+        let table = unsafe { &*calls };
+        let Some(handle) = table.handle else {
+            return Err(PluginError::refused(format!("plugin {name}'s calls table has no handle function")));
+        };
+        Ok(Calls {
+            handle,
+            thread_start: table.thread_start,
+            thread_stop: table.thread_stop,
+            shutdown: table.shutdown,
+            state,
+        })
+    }
+}
+
+fn check_info(path: &Path, info: *const abi::M0PluginInfo) -> Result<Descriptor, PluginError> {
+    let shown = path.display();
+    if info.is_null() {
+        return Err(PluginError::refused(format!("plugin {shown}: m0_plugin_describe returned NULL")));
+    }
+    // SAFETY: non-null; the first field is the struct's size, which every
+    // version has, so reading it is in bounds.
+    let size = unsafe { (*info).size };
+    // The versions come right after size, so they can be named even in a
+    // descriptor that is too small.
+    let header_len = 3 * std::mem::size_of::<u32>() as u32;
+    if size >= header_len {
+        // SAFETY: size covers abi_major and abi_minor.
+        let (major, minor) = unsafe { ((*info).abi_major, (*info).abi_minor) };
+        if major != abi::M0_ABI_MAJOR {
+            return Err(PluginError::refused(format!(
+                "plugin {shown} was built for m0serve ABI {major}.{minor}; this m0serve speaks ABI {}.{}: rebuild the \
+                 plugin against this m0serve's include/m0serve.h",
+                abi::M0_ABI_MAJOR,
+                abi::M0_ABI_MINOR
+            )));
+        }
+        if minor > abi::M0_ABI_MINOR {
+            return Err(PluginError::refused(format!(
+                "plugin {shown} needs m0serve ABI {major}.{minor}, newer than this m0serve's {}.{}: upgrade m0serve",
+                abi::M0_ABI_MAJOR,
+                abi::M0_ABI_MINOR
+            )));
+        }
+    }
+    if size < abi::MIN_PLUGIN_INFO_SIZE {
+        return Err(PluginError::refused(format!(
+            "plugin {shown}'s M0PluginInfo is {size} bytes, smaller than ABI v1's {}: rebuild it against this \
+             m0serve's include/m0serve.h",
+            abi::MIN_PLUGIN_INFO_SIZE
+        )));
+    }
+    // SAFETY: the size check covers the whole v1 struct.
+    Ok(Descriptor::from_info(unsafe { &*info }))
+}

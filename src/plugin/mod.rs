@@ -1,0 +1,10 @@
+//! Plugins: finding them, opening them, checking their ABI, and the host
+//! function table they call back into.
+
+pub mod descriptor;
+pub mod host;
+pub mod loader;
+pub mod probe;
+
+pub use descriptor::Descriptor;
+pub use loader::{Plugin, PluginError, resolve};

@@ -1,0 +1,518 @@
+//! The supervisor: starts the workers, watches them, replaces the ones that
+//! die, and stops them on a signal. Single-threaded and small; it never
+//! opens a plugin.
+//!
+//! Workers are forked (default) or forked and at once exec'd
+//! (`--spawn-workers`, or a plugin that declares it needs a fresh process).
+//! Between fork and exec the child runs only async-signal-safe calls: the
+//! argument and environment arrays, and high copies of the descriptors it
+//! adopts, are all prepared before the fork.
+
+use std::ffi::{CString, OsString};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use nix::fcntl::{FcntlArg, FdFlag, OFlag, fcntl};
+use nix::sys::signal::{Signal, kill};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::{ForkResult, Pid, fork};
+
+use crate::config::Config;
+use crate::signals::{STOP_SIGNALS, SignalPipe};
+use crate::worker::{self, WorkerSetup};
+
+/// Fixed descriptor numbers a spawned worker adopts.
+pub const SPAWN_LISTEN_FD: RawFd = 3;
+pub const SPAWN_READY_FD: RawFd = 4;
+/// Environment a spawned worker is recognised by.
+pub const ENV_WORKER_INDEX: &str = "M0_WORKER_INDEX";
+pub const ENV_WORKER_SPAWNED: &str = "M0_WORKER_SPAWNED";
+pub const ENV_PLUGIN_FILE: &str = "M0_PLUGIN_FILE";
+/// Test hook: exec this path instead of our own binary.
+pub const ENV_SPAWN_EXE: &str = "M0_SPAWN_EXE";
+
+/// A death within this long of the start counts as a rapid crash.
+const RAPID: Duration = Duration::from_secs(1);
+const RAPID_LIMIT: u32 = 5;
+const EXIT_REFUSED: i32 = 78;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Fork,
+    Spawn,
+}
+
+pub struct Plan {
+    pub workers: u32,
+    pub mode: Mode,
+    /// Why this mode, for the banner.
+    pub mode_reason: String,
+    pub plugin_path: PathBuf,
+    pub plugin_name: String,
+    pub addr: std::net::SocketAddr,
+}
+
+struct Slot {
+    pid: Option<Pid>,
+    started: Instant,
+    ready: bool,
+}
+
+struct Supervisor<'a> {
+    cfg: &'a Config,
+    plan: &'a Plan,
+    listener: OwnedFd,
+    ready_read: OwnedFd,
+    ready_write: OwnedFd,
+    signals: SignalPipe,
+    slots: Vec<Slot>,
+    /// Replaced by SIGHUP, draining; not respawned.
+    retiring: Vec<Pid>,
+    stopping: Option<Instant>,
+    announced: bool,
+    respawns: u32,
+    rapid_deaths: u32,
+    exit_code: i32,
+    /// SIGHUP: slots still to replace, and the one waiting for its new worker.
+    reload_queue: Vec<usize>,
+    reload_waiting: Option<(usize, Pid)>,
+}
+
+/// Run the workers until stopped; returns the process exit code.
+pub fn run(cfg: &Config, plan: &Plan, listener: OwnedFd) -> i32 {
+    crate::log::set_role("supervisor".into());
+    let signals = match SignalPipe::install(&[
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGQUIT,
+        Signal::SIGHUP,
+        Signal::SIGCHLD,
+    ]) {
+        Ok(s) => s,
+        Err(e) => {
+            crate::log::error(format_args!("cannot install signal handlers: {e}"));
+            return 1;
+        }
+    };
+    let (ready_read, ready_write) = match nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK) {
+        Ok(p) => p,
+        Err(e) => {
+            crate::log::error(format_args!("cannot create the ready pipe: {e}"));
+            return 1;
+        }
+    };
+    let mode = match plan.mode {
+        Mode::Fork => "fork",
+        Mode::Spawn => "spawn",
+    };
+    crate::log::info(format_args!(
+        "pid={} starting {} worker(s) in {mode} mode ({})",
+        std::process::id(),
+        plan.workers,
+        plan.mode_reason
+    ));
+    let now = Instant::now();
+    let mut sup = Supervisor {
+        cfg,
+        plan,
+        listener,
+        ready_read,
+        ready_write,
+        signals,
+        slots: (0..plan.workers).map(|_| Slot { pid: None, started: now, ready: false }).collect(),
+        retiring: Vec::new(),
+        stopping: None,
+        announced: false,
+        respawns: 0,
+        rapid_deaths: 0,
+        exit_code: 0,
+        reload_queue: Vec::new(),
+        reload_waiting: None,
+    };
+    for index in 0..plan.workers as usize {
+        if sup.stopping.is_some() {
+            break;
+        }
+        sup.start_worker(index);
+    }
+    sup.watch()
+}
+
+impl Supervisor<'_> {
+    fn start_worker(&mut self, index: usize) -> Option<Pid> {
+        let started = match self.plan.mode {
+            Mode::Fork => self.fork_worker(index),
+            Mode::Spawn => self.spawn_worker(index),
+        };
+        match started {
+            Ok(pid) => {
+                crate::log::info(format_args!("worker {index} pid={pid} started"));
+                self.slots[index] = Slot { pid: Some(pid), started: Instant::now(), ready: false };
+                Some(pid)
+            }
+            Err((code, message)) => {
+                crate::log::error(format_args!("cannot start worker {index}: {message}"));
+                self.begin_stop(code);
+                None
+            }
+        }
+    }
+
+    fn fork_worker(&mut self, index: usize) -> Result<Pid, (i32, String)> {
+        // SAFETY: the supervisor is single-threaded, so the child may run
+        // ordinary code after fork.
+        match unsafe { fork() } {
+            Ok(ForkResult::Parent { child }) => Ok(child),
+            Ok(ForkResult::Child) => {
+                crate::signals::reset_to_default(&STOP_SIGNALS);
+                let setup = WorkerSetup {
+                    index: index as u32,
+                    workers: self.plan.workers,
+                    listener_fd: self.listener.as_raw_fd(),
+                    ready_fd: Some(self.ready_write.as_raw_fd()),
+                    spawned: false,
+                    plugin_path: self.plan.plugin_path.clone(),
+                };
+                worker::run(self.cfg, setup)
+            }
+            Err(e) => Err((1, format!("fork failed: {e}"))),
+        }
+    }
+
+    fn spawn_worker(&mut self, index: usize) -> Result<Pid, (i32, String)> {
+        let exe: PathBuf = std::env::var_os(ENV_SPAWN_EXE)
+            .map(PathBuf::from)
+            .or_else(|| std::env::current_exe().ok())
+            .ok_or((1, "cannot find this binary to exec".to_string()))?;
+        let c_exe = CString::new(exe.as_os_str().as_bytes()).map_err(|_| (1, "binary path has a NUL".to_string()))?;
+        let argv: Vec<CString> =
+            std::env::args_os().filter_map(|a| CString::new(a.as_bytes()).ok()).collect();
+        let mut envp: Vec<CString> = std::env::vars_os()
+            .filter(|(k, _)| ![ENV_WORKER_INDEX, ENV_WORKER_SPAWNED, ENV_PLUGIN_FILE].iter().any(|n| k == *n))
+            .filter_map(|(k, v)| {
+                let mut kv = OsString::from(k);
+                kv.push("=");
+                kv.push(v);
+                CString::new(kv.as_bytes()).ok()
+            })
+            .collect();
+        envp.push(CString::new(format!("{ENV_WORKER_INDEX}={index}")).unwrap_or_default());
+        envp.push(CString::new(format!("{ENV_WORKER_SPAWNED}=1")).unwrap_or_default());
+        let mut plugin_kv = OsString::from(format!("{ENV_PLUGIN_FILE}="));
+        plugin_kv.push(self.plan.plugin_path.as_os_str());
+        envp.extend(CString::new(plugin_kv.as_bytes()).ok());
+        let argv_ptrs: Vec<*const libc::c_char> =
+            argv.iter().map(|a| a.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
+        let envp_ptrs: Vec<*const libc::c_char> =
+            envp.iter().map(|e| e.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
+        // High copies, so the child's dup2 onto 3 and 4 cannot clobber a
+        // source that happens to be 3 or 4.
+        let high = |fd: &OwnedFd| {
+            fcntl(fd, FcntlArg::F_DUPFD_CLOEXEC(100))
+                .map(|raw| {
+                    // SAFETY: F_DUPFD_CLOEXEC returned a new descriptor we own.
+                    unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) }
+                })
+                .map_err(|e| (1, format!("dup: {e}")))
+        };
+        let listen_high = high(&self.listener)?;
+        let ready_high = high(&self.ready_write)?;
+        let (err_read, err_write) =
+            nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| (1, format!("cannot create a pipe: {e}")))?;
+        let err_write_fd = err_write.as_raw_fd();
+        // SAFETY: between fork and exec the child calls only async-signal-safe
+        // functions (sigaction, dup2, syscall, execve, write, _exit) on data
+        // prepared above.
+        let forked = unsafe { fork() };
+        match forked {
+            Ok(ForkResult::Child) => {
+                crate::signals::reset_to_default(&STOP_SIGNALS);
+                // SAFETY: async-signal-safe calls on descriptors we own.
+                unsafe {
+                    libc::dup2(listen_high.as_raw_fd(), SPAWN_LISTEN_FD);
+                    libc::dup2(ready_high.as_raw_fd(), SPAWN_READY_FD);
+                    // Everything above the adopted descriptors closes at exec,
+                    // the error pipe included (its EOF means exec worked).
+                    libc::syscall(libc::SYS_close_range, 5u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC);
+                    libc::execve(c_exe.as_ptr(), argv_ptrs.as_ptr(), envp_ptrs.as_ptr());
+                    let errno = *libc::__errno_location();
+                    let bytes = errno.to_le_bytes();
+                    libc::write(err_write_fd, bytes.as_ptr().cast(), bytes.len());
+                    libc::_exit(127);
+                }
+            }
+            Ok(ForkResult::Parent { child }) => {
+                drop(err_write);
+                drop(listen_high);
+                drop(ready_high);
+                let mut bytes = [0u8; 4];
+                let n = loop {
+                    match nix::unistd::read(&err_read, &mut bytes) {
+                        Err(nix::errno::Errno::EINTR) => continue,
+                        other => break other.unwrap_or(0),
+                    }
+                };
+                if n == 4 {
+                    let _ = waitpid(child, None);
+                    let errno = nix::errno::Errno::from_raw(i32::from_le_bytes(bytes));
+                    return Err((EXIT_REFUSED, format!("exec of {} failed: {errno}", exe.display())));
+                }
+                Ok(child)
+            }
+            Err(e) => Err((1, format!("fork failed: {e}"))),
+        }
+    }
+
+    fn watch(&mut self) -> i32 {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        use std::os::fd::BorrowedFd;
+        loop {
+            self.reap();
+            self.read_ready();
+            if let Some(code) = self.finished() {
+                return code;
+            }
+            if let Some(deadline) = self.stopping
+                && Instant::now() >= deadline
+            {
+                self.kill_stragglers();
+            }
+            let sig_fd = self.signals.read_fd();
+            let ready_fd = self.ready_read.as_raw_fd();
+            // SAFETY: both descriptors are owned by self and stay open.
+            let (a, b) = unsafe { (BorrowedFd::borrow_raw(sig_fd), BorrowedFd::borrow_raw(ready_fd)) };
+            let mut fds = [PollFd::new(a, PollFlags::POLLIN), PollFd::new(b, PollFlags::POLLIN)];
+            let _ = poll(&mut fds, PollTimeout::from(200u16));
+            for signo in self.signals.drain() {
+                self.on_signal(signo);
+            }
+        }
+    }
+
+    fn on_signal(&mut self, signo: i32) {
+        match Signal::try_from(signo) {
+            Ok(Signal::SIGTERM | Signal::SIGINT | Signal::SIGQUIT) => {
+                if self.stopping.is_some() {
+                    crate::log::info(format_args!("second stop signal: stopping the workers at once"));
+                    self.signal_all(Signal::SIGTERM);
+                } else {
+                    crate::log::info(format_args!("stopping: workers finish the requests in flight"));
+                    self.begin_stop(0);
+                }
+            }
+            Ok(Signal::SIGHUP) if self.stopping.is_none() => {
+                crate::log::info(format_args!("SIGHUP: replacing the workers one at a time"));
+                self.reload_queue = (0..self.slots.len()).rev().collect();
+                self.next_reload();
+            }
+            _ => {}
+        }
+    }
+
+    fn begin_stop(&mut self, code: i32) {
+        if self.exit_code == 0 {
+            self.exit_code = code;
+        }
+        if self.stopping.is_some() {
+            return;
+        }
+        self.stopping = Some(Instant::now() + self.cfg.cli.graceful_timeout + Duration::from_secs(2));
+        self.reload_queue.clear();
+        self.signal_all(Signal::SIGTERM);
+    }
+
+    fn signal_all(&self, signal: Signal) {
+        for pid in self.slots.iter().filter_map(|s| s.pid).chain(self.retiring.iter().copied()) {
+            let _ = kill(pid, signal);
+        }
+    }
+
+    fn kill_stragglers(&mut self) {
+        for (index, slot) in self.slots.iter().enumerate() {
+            if let Some(pid) = slot.pid {
+                crate::log::error(format_args!(
+                    "worker {index} pid={pid} still busy after --graceful-timeout {}s; killing it",
+                    self.cfg.cli.graceful_timeout.as_secs_f64()
+                ));
+                let _ = kill(pid, Signal::SIGKILL);
+            }
+        }
+        for pid in &self.retiring {
+            let _ = kill(*pid, Signal::SIGKILL);
+        }
+        if self.exit_code == 0 {
+            self.exit_code = 1;
+        }
+        self.stopping = Some(Instant::now() + Duration::from_secs(3600));
+    }
+
+    /// The exit code once stopping and every worker is gone.
+    fn finished(&self) -> Option<i32> {
+        let all_gone = self.slots.iter().all(|s| s.pid.is_none()) && self.retiring.is_empty();
+        (self.stopping.is_some() && all_gone).then_some(self.exit_code)
+    }
+
+    fn read_ready(&mut self) {
+        let mut buf = [0u8; 64];
+        loop {
+            match nix::unistd::read(&self.ready_read, &mut buf) {
+                Ok(n) if n >= 4 => {
+                    for word in buf[..n - n % 4].chunks(4) {
+                        let index = u32::from_le_bytes([word[0], word[1], word[2], word[3]]) as usize;
+                        if let Some(slot) = self.slots.get_mut(index) {
+                            slot.ready = true;
+                        }
+                        if matches!(self.reload_waiting, Some((i, _)) if i == index) {
+                            self.finish_reload_step();
+                        }
+                    }
+                }
+                Err(nix::errno::Errno::EINTR) => continue,
+                _ => break,
+            }
+        }
+        if !self.announced && self.stopping.is_none() && self.slots.iter().all(|s| s.ready) {
+            self.announced = true;
+            let p = self.plan;
+            let mode = if p.mode == Mode::Spawn { "spawn" } else { "fork" };
+            crate::log::info(format_args!(
+                "ready: serving http://{} with plugin {} ({} worker(s), {mode} mode)",
+                fmt_addr(p.addr),
+                p.plugin_name,
+                p.workers
+            ));
+        }
+    }
+
+    fn next_reload(&mut self) {
+        if self.reload_waiting.is_some() || self.stopping.is_some() {
+            return;
+        }
+        let Some(index) = self.reload_queue.pop() else { return };
+        let Some(old) = self.slots[index].pid else {
+            self.start_worker(index);
+            return self.next_reload();
+        };
+        self.retiring.push(old);
+        self.slots[index].pid = None;
+        if self.start_worker(index).is_some() {
+            self.reload_waiting = Some((index, old));
+        }
+    }
+
+    /// The replacement for a slot is serving: drain the old worker.
+    fn finish_reload_step(&mut self) {
+        if let Some((index, old)) = self.reload_waiting.take() {
+            crate::log::info(format_args!("worker {index} replaced; old pid={old} drains"));
+            let _ = kill(old, Signal::SIGTERM);
+            self.next_reload();
+        }
+    }
+
+    fn reap(&mut self) {
+        loop {
+            let status = match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) | Err(_) => return,
+                Ok(s) => s,
+            };
+            let (pid, code, signal) = match status {
+                WaitStatus::Exited(pid, code) => (pid, Some(code), None),
+                WaitStatus::Signaled(pid, sig, _) => (pid, None, Some(sig)),
+                _ => continue,
+            };
+            if let Some(i) = self.retiring.iter().position(|&p| p == pid) {
+                self.retiring.swap_remove(i);
+                continue;
+            }
+            // As PID 1 we also reap orphans that are not our workers.
+            let Some(index) = self.slots.iter().position(|s| s.pid == Some(pid)) else { continue };
+            self.on_worker_exit(index, pid, code, signal);
+        }
+    }
+
+    fn on_worker_exit(&mut self, index: usize, pid: Pid, code: Option<i32>, signal: Option<Signal>) {
+        let lived = self.slots[index].started.elapsed();
+        self.slots[index].pid = None;
+        self.slots[index].ready = false;
+        let how = match (code, signal) {
+            (Some(c), _) => format!("exited with status {c}"),
+            (_, Some(s)) => format!("was killed by {s}"),
+            _ => "ended".to_string(),
+        };
+        if self.reload_waiting.is_some_and(|(i, _)| i == index) {
+            // The replacement died before it was ready: keep the old worker.
+            if let Some((_, old)) = self.reload_waiting.take()
+                && let Some(pos) = self.retiring.iter().position(|&p| p == old)
+            {
+                self.retiring.swap_remove(pos);
+                self.slots[index] = Slot { pid: Some(old), started: Instant::now(), ready: true };
+                crate::log::error(format_args!(
+                    "new worker {index} pid={pid} {how} before it was ready; keeping the old one"
+                ));
+                self.reload_queue.clear();
+                return;
+            }
+        }
+        if self.stopping.is_some() {
+            if code != Some(0) {
+                crate::log::warn(format_args!("worker {index} pid={pid} {how} while stopping"));
+                if self.exit_code == 0 {
+                    self.exit_code = 1;
+                }
+            }
+            return;
+        }
+        if code == Some(EXIT_REFUSED) {
+            crate::log::error(format_args!(
+                "worker {index} pid={pid} refused the configuration (exit 78); stopping"
+            ));
+            self.begin_stop(EXIT_REFUSED);
+            return;
+        }
+        crate::log::warn(format_args!("worker {index} pid={pid} {how} after {:.2}s; replacing it", lived.as_secs_f64()));
+        if code != Some(0) {
+            self.respawns += 1;
+            self.rapid_deaths = if lived < RAPID { self.rapid_deaths + 1 } else { 0 };
+            if self.rapid_deaths >= RAPID_LIMIT {
+                crate::log::error(format_args!(
+                    "{RAPID_LIMIT} workers in a row died within {}s of starting (the last {how}); giving up",
+                    RAPID.as_secs()
+                ));
+                self.begin_stop(1);
+                return;
+            }
+            let budget = self.plan.workers * 10;
+            if self.respawns > budget {
+                crate::log::error(format_args!(
+                    "{} worker deaths exceed the respawn budget of {budget} (workers x 10); the last {how}; giving up",
+                    self.respawns
+                ));
+                self.begin_stop(1);
+                return;
+            }
+        }
+        self.start_worker(index);
+    }
+}
+
+pub fn fmt_addr(addr: std::net::SocketAddr) -> String {
+    match addr {
+        std::net::SocketAddr::V6(v6) => format!("[{}]:{}", v6.ip(), v6.port()),
+        v4 => v4.to_string(),
+    }
+}
+
+/// In a spawned worker: take the descriptors by number, mark them
+/// close-on-exec again so the application's subprocesses inherit nothing.
+pub fn adopt_spawned_fds() -> Result<(RawFd, RawFd), String> {
+    for fd in [SPAWN_LISTEN_FD, SPAWN_READY_FD] {
+        // SAFETY: the supervisor put these descriptors at these numbers
+        // before exec; the fcntl below fails cleanly if one is missing.
+        let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        fcntl(borrowed, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))
+            .map_err(|e| format!("spawned worker: descriptor {fd} was not handed over ({e})"))?;
+    }
+    Ok((SPAWN_LISTEN_FD, SPAWN_READY_FD))
+}

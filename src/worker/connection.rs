@@ -1,0 +1,250 @@
+//! One client connection as the event loop sees it: bytes in, requests out.
+//!
+//! A connection moves Head -> (Body) -> Dispatched -> Head ... and ends in
+//! Linger (after an error or a `Connection: close`) or is dropped. While it is
+//! Dispatched a handler thread owns the socket's write side and the loop does
+//! not read: pipelined bytes wait in the kernel or the buffer, and are parsed
+//! when the response is complete, so responses go out in request order.
+//!
+//! Sockets are edge-triggered: `may_read` remembers that the kernel may hold
+//! bytes we have not read, because an edge is announced once.
+
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::time::Instant;
+
+use mio::net::TcpStream;
+
+use super::pool::{Body, Peer};
+use crate::http::chunked::ChunkedDecoder;
+use crate::http::head::{self, BodyFraming, Limits, RequestHead};
+use crate::http::{HttpError, Span};
+
+pub enum Phase {
+    /// Waiting for, or reading, a request head.
+    Head,
+    /// Head parsed; body arriving.
+    Body { head: RequestHead, progress: BodyProgress },
+    /// A handler thread is answering.
+    Dispatched,
+    /// Our side is shut for writing; reading and discarding until the client
+    /// closes, so an error response is not lost to a reset.
+    Linger,
+}
+
+pub enum BodyProgress {
+    /// The body ends at this index of the buffer.
+    Length { end: usize },
+    /// Chunked: raw bytes from `head_len` on are decoded into `out`.
+    Chunked { decoder: ChunkedDecoder, out: Vec<u8> },
+}
+
+pub struct Conn {
+    pub stream: TcpStream,
+    pub peer: Arc<Peer>,
+    pub rbuf: Vec<u8>,
+    pub phase: Phase,
+    /// Requests answered on this connection.
+    pub served: u32,
+    /// When the current phase times out, if it does.
+    pub deadline: Option<Instant>,
+    pub may_read: bool,
+    pub read_closed: bool,
+    /// `100 Continue` went out for the current request.
+    continue_sent: bool,
+}
+
+/// A request ready for the pool.
+pub struct Ready {
+    pub head: RequestHead,
+    pub body: Body,
+    /// Bytes of the buffer the request occupies.
+    pub consumed: usize,
+}
+
+/// What `advance` found.
+pub enum Step {
+    /// Nothing more to do until the socket is readable again.
+    Wait,
+    Dispatch(Ready),
+    Refuse(HttpError),
+    /// The client closed or the socket failed: drop the connection.
+    Close,
+}
+
+pub enum Fill {
+    Data,
+    Eof,
+    Blocked,
+}
+
+impl Conn {
+    pub fn new(stream: TcpStream, peer: Arc<Peer>, rbuf: Vec<u8>) -> Conn {
+        Conn {
+            stream,
+            peer,
+            rbuf,
+            phase: Phase::Head,
+            served: 0,
+            deadline: None,
+            may_read: true,
+            read_closed: false,
+            continue_sent: false,
+        }
+    }
+
+    pub fn is_idle(&self) -> bool {
+        matches!(self.phase, Phase::Head) && self.rbuf.is_empty()
+    }
+
+    /// Parse what is buffered, reading more while the socket has it, until a
+    /// request is complete, refused, or the socket runs dry.
+    pub fn advance(&mut self, limits: &Limits, head_scratch: &mut RequestHead) -> Step {
+        loop {
+            match self.parse_buffered(limits, head_scratch) {
+                Ok(Some(ready)) => return Step::Dispatch(ready),
+                Ok(None) => {}
+                Err(e) => return Step::Refuse(e),
+            }
+            if !self.may_read {
+                return Step::Wait;
+            }
+            let cap = self.read_cap(limits);
+            match self.fill(cap) {
+                Ok(Fill::Data) => continue,
+                Ok(Fill::Blocked) => return Step::Wait,
+                Ok(Fill::Eof) => {
+                    self.read_closed = true;
+                    return Step::Close;
+                }
+                Err(_) => return Step::Close,
+            }
+        }
+    }
+
+    /// How far the buffer may grow in this phase: a little past the head
+    /// limit (so an oversized head is seen and refused), or to the end of a
+    /// Content-Length body.
+    fn read_cap(&self, limits: &Limits) -> usize {
+        match &self.phase {
+            Phase::Body { progress: BodyProgress::Length { end }, .. } => (*end).max(self.rbuf.len() + 16 * 1024),
+            Phase::Body { head, .. } => head.head_len + 256 * 1024,
+            _ => limits.max_head_bytes + 4096,
+        }
+    }
+
+    fn parse_buffered(
+        &mut self,
+        limits: &Limits,
+        head_scratch: &mut RequestHead,
+    ) -> Result<Option<Ready>, HttpError> {
+        if let Phase::Head = self.phase {
+            if self.rbuf.is_empty() || !head::parse(&self.rbuf, limits, head_scratch)? {
+                return Ok(None);
+            }
+            let head = std::mem::take(head_scratch);
+            let head_len = head.head_len;
+            let progress = match head.body.0 {
+                BodyFraming::None => {
+                    let body = Body::InBuffer(Span { start: head_len as u32, end: head_len as u32 });
+                    return Ok(Some(Ready { head, body, consumed: head_len }));
+                }
+                BodyFraming::Length(n) => BodyProgress::Length { end: head_len + n as usize },
+                BodyFraming::Chunked => {
+                    BodyProgress::Chunked { decoder: ChunkedDecoder::new(limits.max_body), out: Vec::new() }
+                }
+            };
+            self.continue_sent = false;
+            self.phase = Phase::Body { head, progress };
+        }
+        let Phase::Body { head, progress } = &mut self.phase else {
+            return Ok(None);
+        };
+        let head_len = head.head_len;
+        let done_at = match progress {
+            BodyProgress::Length { end } => (self.rbuf.len() >= *end).then_some(*end),
+            BodyProgress::Chunked { decoder, out } => {
+                let consumed = decoder.decode(&self.rbuf[head_len..], out)?;
+                // Drop the framing we decoded; the head stays at the front.
+                self.rbuf.drain(head_len..head_len + consumed);
+                decoder.is_done().then_some(head_len)
+            }
+        };
+        let Some(consumed) = done_at else {
+            if head.expect_continue && !self.continue_sent {
+                self.continue_sent = true;
+                let _ = super::exchange::write_all(
+                    self.stream.as_raw_fd(),
+                    &mut [io::IoSlice::new(b"HTTP/1.1 100 Continue\r\n\r\n")],
+                    Some(std::time::Duration::from_secs(1)),
+                );
+            }
+            return Ok(None);
+        };
+        let Phase::Body { head, progress } = std::mem::replace(&mut self.phase, Phase::Head) else {
+            unreachable!("matched above")
+        };
+        let body = match progress {
+            BodyProgress::Length { end } => Body::InBuffer(Span { start: head_len as u32, end: end as u32 }),
+            BodyProgress::Chunked { out, .. } => Body::Decoded(out),
+        };
+        Ok(Some(Ready { head, body, consumed }))
+    }
+
+    /// Read until the socket is dry, the buffer reaches `cap`, or EOF.
+    pub fn fill(&mut self, cap: usize) -> io::Result<Fill> {
+        let mut got = false;
+        loop {
+            if self.rbuf.len() >= cap {
+                return Ok(if got { Fill::Data } else { Fill::Blocked });
+            }
+            if self.rbuf.capacity() - self.rbuf.len() < 4096 {
+                self.rbuf.reserve(16 * 1024);
+            }
+            let room = cap - self.rbuf.len();
+            let spare = self.rbuf.spare_capacity_mut();
+            let want = spare.len().min(room).max(1);
+            // SAFETY: recv writes at most `want` bytes into the vector's
+            // spare capacity, which is at least that long.
+            let n = unsafe { libc::recv(self.stream.as_raw_fd(), spare.as_mut_ptr().cast(), want, 0) };
+            if n > 0 {
+                let n = n as usize;
+                // SAFETY: recv initialised the first n bytes of the spare capacity.
+                unsafe { self.rbuf.set_len(self.rbuf.len() + n) };
+                got = true;
+                if n < want {
+                    // A short read drained the socket; the next arrival is
+                    // a new edge.
+                    self.may_read = false;
+                    return Ok(Fill::Data);
+                }
+                continue;
+            }
+            if n == 0 {
+                return Ok(if got { Fill::Data } else { Fill::Eof });
+            }
+            let err = io::Error::last_os_error();
+            match err.kind() {
+                io::ErrorKind::WouldBlock => {
+                    self.may_read = false;
+                    return Ok(if got { Fill::Data } else { Fill::Blocked });
+                }
+                io::ErrorKind::Interrupted => continue,
+                _ => return Err(err),
+            }
+        }
+    }
+
+    /// Lingering: discard whatever arrives. True when the client closed.
+    pub fn discard_input(&mut self) -> bool {
+        loop {
+            self.rbuf.clear();
+            match self.fill(64 * 1024) {
+                Ok(Fill::Data) => continue,
+                Ok(Fill::Blocked) => return false,
+                Ok(Fill::Eof) | Err(_) => return true,
+            }
+        }
+    }
+}

@@ -1,0 +1,429 @@
+//! The worker's event loop: one thread, one `mio::Poll`, edge-triggered.
+//!
+//! Each pass: wait; handle the events of connections already held; take
+//! completions from the pool and resume those connections; then admit a
+//! bounded batch of new connections (so a flood of connects cannot starve
+//! requests in progress); then sweep timeouts. Every read drains the socket
+//! until it would block (or a short read shows it is dry), because an edge
+//! is announced only once.
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mio::net::TcpListener;
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
+use slab::Slab;
+
+use super::connection::{Conn, Phase, Ready, Step};
+use super::pool::{Completion, Job, Peer, Pool};
+use crate::config::Config;
+use crate::http::head::{Limits, RequestHead};
+use crate::http::{HttpError, response};
+use crate::signals::SignalPipe;
+
+pub const LISTENER: Token = Token(usize::MAX - 1);
+pub const WAKER: Token = Token(usize::MAX - 2);
+pub const SIGNALS: Token = Token(usize::MAX - 3);
+
+/// New connections admitted per pass.
+const ACCEPT_BATCH: usize = 64;
+/// How long a closing connection waits for the client to go away.
+const LINGER: Duration = Duration::from_secs(2);
+/// Timeouts are checked at this granularity.
+const SWEEP_EVERY: Duration = Duration::from_millis(250);
+
+pub struct Timeouts {
+    pub header: Option<Duration>,
+    pub body: Option<Duration>,
+    pub idle: Option<Duration>,
+}
+
+pub struct EventLoop {
+    poll: Poll,
+    listener: Option<TcpListener>,
+    conns: Slab<Conn>,
+    pool: Pool,
+    limits: Limits,
+    timeouts: Timeouts,
+    max_keepalive_requests: u32,
+    graceful: Duration,
+    signals: SignalPipe,
+    head_scratch: RequestHead,
+    spare_bufs: Vec<Vec<u8>>,
+    in_flight: usize,
+    accept_owed: bool,
+    drain_deadline: Option<Instant>,
+    next_sweep: Instant,
+    pub accepted: u64,
+}
+
+/// Why the loop ended.
+pub enum Exit {
+    Drained,
+    /// The drain deadline passed with this many requests still in flight.
+    DeadlinePassed(usize),
+    /// A second stop signal, or a fatal error in a handler thread.
+    Immediate,
+}
+
+impl EventLoop {
+    pub fn new(
+        poll: Poll,
+        listener: TcpListener,
+        pool: Pool,
+        cfg: &Config,
+        signals: SignalPipe,
+    ) -> io::Result<EventLoop> {
+        let mut listener = listener;
+        poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
+        poll.registry().register(&mut SourceFd(&signals.read_fd()), SIGNALS, Interest::READABLE)?;
+        let cli = &cfg.cli;
+        Ok(EventLoop {
+            poll,
+            listener: Some(listener),
+            conns: Slab::with_capacity(1024),
+            pool,
+            limits: cfg.limits,
+            timeouts: Timeouts {
+                header: Config::timeout(cli.header_timeout),
+                body: Config::timeout(cli.body_timeout),
+                idle: Config::timeout(cli.idle_timeout),
+            },
+            max_keepalive_requests: cli.max_keepalive_requests,
+            graceful: cli.graceful_timeout,
+            signals,
+            head_scratch: RequestHead::default(),
+            spare_bufs: Vec::new(),
+            in_flight: 0,
+            accept_owed: false,
+            drain_deadline: None,
+            next_sweep: Instant::now() + SWEEP_EVERY,
+            accepted: 0,
+        })
+    }
+
+    pub fn into_pool(self) -> Pool {
+        self.pool
+    }
+
+    pub fn run(&mut self) -> io::Result<Exit> {
+        let mut events = Events::with_capacity(1024);
+        let mut completions: Vec<Completion> = Vec::with_capacity(64);
+        loop {
+            if super::fatal_stop_requested() {
+                return Ok(Exit::Immediate);
+            }
+            if let Some(deadline) = self.drain_deadline {
+                if self.conns.is_empty() && self.in_flight == 0 {
+                    return Ok(Exit::Drained);
+                }
+                if Instant::now() >= deadline {
+                    return Ok(Exit::DeadlinePassed(self.in_flight));
+                }
+            }
+            let timeout = self.poll_timeout();
+            let may_block = timeout != Some(Duration::ZERO);
+            let parked = may_block && self.pool.park_loop();
+            let timeout = if may_block && !parked { Some(Duration::ZERO) } else { timeout };
+            let polled = self.poll.poll(&mut events, timeout);
+            self.pool.unpark_loop();
+            match polled {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+            let mut listener_ready = false;
+            for event in events.iter() {
+                match event.token() {
+                    LISTENER => listener_ready = true,
+                    WAKER => {}
+                    SIGNALS => {
+                        if self.on_signals() {
+                            return Ok(Exit::Immediate);
+                        }
+                    }
+                    Token(key) => self.on_socket_event(key),
+                }
+            }
+            self.pool.drain_completions(&mut completions);
+            for done in completions.drain(..) {
+                self.on_completion(done);
+            }
+            if listener_ready || self.accept_owed {
+                self.accept_batch();
+            }
+            if Instant::now() >= self.next_sweep {
+                self.sweep_timeouts();
+            }
+        }
+    }
+
+    fn poll_timeout(&self) -> Option<Duration> {
+        if self.accept_owed {
+            return Some(Duration::ZERO);
+        }
+        let mut timeout = None;
+        if !self.conns.is_empty() {
+            timeout = Some(self.next_sweep.saturating_duration_since(Instant::now()));
+        }
+        if let Some(deadline) = self.drain_deadline {
+            let left = deadline.saturating_duration_since(Instant::now()).min(SWEEP_EVERY);
+            timeout = Some(timeout.map_or(left, |t: Duration| t.min(left)));
+        }
+        timeout
+    }
+
+    /// Returns true when the loop must stop at once.
+    fn on_signals(&mut self) -> bool {
+        let mut stop_now = false;
+        for signo in self.signals.drain() {
+            if signo == libc::SIGTERM || signo == libc::SIGINT || signo == libc::SIGQUIT {
+                if self.drain_deadline.is_some() {
+                    stop_now = true;
+                } else {
+                    self.start_drain();
+                }
+            }
+            // SIGHUP belongs to the supervisor: a worker ignores it.
+        }
+        stop_now
+    }
+
+    /// Stop accepting, close idle connections, let requests in flight finish.
+    pub fn start_drain(&mut self) {
+        if self.drain_deadline.is_some() {
+            return;
+        }
+        super::set_draining();
+        self.drain_deadline = Some(Instant::now() + self.graceful);
+        if let Some(mut listener) = self.listener.take() {
+            let _ = self.poll.registry().deregister(&mut listener);
+        }
+        self.accept_owed = false;
+        let idle: Vec<usize> = self.conns.iter().filter(|(_, c)| c.is_idle()).map(|(k, _)| k).collect();
+        for key in idle {
+            self.close(key);
+        }
+    }
+
+    fn accept_batch(&mut self) {
+        self.accept_owed = false;
+        for _ in 0..ACCEPT_BATCH {
+            let Some(listener) = self.listener.as_ref() else { return };
+            match listener.accept() {
+                Ok((stream, addr)) => self.admit(stream, addr),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => continue,
+                Err(e) => {
+                    // EMFILE and friends: not owed (retrying at once would
+                    // spin); the next connect or sweep tries again.
+                    crate::log::warn(format_args!("accept failed: {e}"));
+                    return;
+                }
+            }
+        }
+        self.accept_owed = true;
+    }
+
+    fn admit(&mut self, mut stream: mio::net::TcpStream, addr: SocketAddr) {
+        let _ = stream.set_nodelay(true);
+        let entry = self.conns.vacant_entry();
+        let key = entry.key();
+        if let Err(e) = self.poll.registry().register(&mut stream, Token(key), Interest::READABLE) {
+            crate::log::warn(format_args!("cannot register a connection: {e}"));
+            return;
+        }
+        self.accepted += 1;
+        let peer = Arc::new(Peer { ip: addr.ip().to_canonical().to_string(), port: addr.port() });
+        let buf = self.spare_bufs.pop().unwrap_or_default();
+        let mut conn = Conn::new(stream, peer, buf);
+        conn.deadline = self.timeouts.header.map(|t| Instant::now() + t);
+        entry.insert(conn);
+        self.drive(key);
+    }
+
+    fn on_socket_event(&mut self, key: usize) {
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        conn.may_read = true;
+        match conn.phase {
+            Phase::Dispatched => {}
+            Phase::Linger => {
+                if conn.discard_input() {
+                    self.close(key);
+                }
+            }
+            _ => self.drive(key),
+        }
+    }
+
+    /// Parse and dispatch whatever the connection has.
+    fn drive(&mut self, key: usize) {
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        let had_bytes = !conn.rbuf.is_empty();
+        match conn.advance(&self.limits, &mut self.head_scratch) {
+            Step::Wait => {
+                // The first byte of a head starts the header timeout; a body
+                // gets the body timeout from its last progress.
+                let now = Instant::now();
+                match conn.phase {
+                    Phase::Body { .. } => conn.deadline = self.timeouts.body.map(|t| now + t),
+                    Phase::Head if !had_bytes && !conn.rbuf.is_empty() => {
+                        conn.deadline = self.timeouts.header.map(|t| now + t)
+                    }
+                    _ => {}
+                }
+            }
+            Step::Dispatch(ready) => self.dispatch(key, ready),
+            Step::Refuse(err) => self.refuse(key, err),
+            Step::Close => self.close(key),
+        }
+    }
+
+    fn dispatch(&mut self, key: usize, ready: Ready) {
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        let Ready { head, body, consumed } = ready;
+        let cap = self.max_keepalive_requests;
+        let keep_alive =
+            head.keep_alive && self.drain_deadline.is_none() && (cap == 0 || conn.served + 1 < cap);
+        // The request's bytes go with the job; pipelined bytes after it stay.
+        let mut rest = self.spare_bufs.pop().unwrap_or_default();
+        rest.clear();
+        rest.extend_from_slice(&conn.rbuf[consumed..]);
+        let mut buf = std::mem::replace(&mut conn.rbuf, rest);
+        buf.truncate(consumed);
+        let job = Job {
+            token: key,
+            fd: conn.stream.as_raw_fd(),
+            buf,
+            head,
+            body,
+            keep_alive,
+            peer: Arc::clone(&conn.peer),
+            queued_at: Instant::now(),
+        };
+        conn.phase = Phase::Dispatched;
+        conn.deadline = None;
+        match self.pool.try_submit(job) {
+            Ok(()) => self.in_flight += 1,
+            Err(job) => {
+                let http_minor = job.head.http_minor;
+                self.recycle(job.buf, job.head);
+                self.reply_and_linger(
+                    key,
+                    http_minor,
+                    503,
+                    "server busy: the request queue is full",
+                    &[(b"Retry-After", b"1")],
+                );
+            }
+        }
+    }
+
+    fn on_completion(&mut self, done: Completion) {
+        self.in_flight -= 1;
+        let Completion { job, outcome } = done;
+        let key = job.token;
+        self.recycle(job.buf, job.head);
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        conn.served += 1;
+        if !outcome.keep_alive {
+            self.linger_or_close(key);
+            return;
+        }
+        conn.phase = Phase::Head;
+        conn.deadline = self.timeouts.idle.map(|t| Instant::now() + t);
+        if self.drain_deadline.is_some() && conn.rbuf.is_empty() {
+            self.close(key);
+            return;
+        }
+        self.drive(key);
+        if let Some(conn) = self.conns.get_mut(key)
+            && matches!(conn.phase, Phase::Head)
+            && !conn.rbuf.is_empty()
+        {
+            conn.deadline = self.timeouts.header.map(|t| Instant::now() + t);
+        }
+    }
+
+    fn recycle(&mut self, mut buf: Vec<u8>, head: RequestHead) {
+        if self.spare_bufs.len() < 256 && buf.capacity() <= 64 * 1024 {
+            buf.clear();
+            self.spare_bufs.push(buf);
+        }
+        self.head_scratch_return(head);
+    }
+
+    fn head_scratch_return(&mut self, head: RequestHead) {
+        // Keep the larger header vector for the next parse.
+        if head.headers.capacity() > self.head_scratch.headers.capacity() {
+            self.head_scratch.headers = head.headers;
+        }
+    }
+
+    fn refuse(&mut self, key: usize, err: HttpError) {
+        let http_minor = 1;
+        self.reply_and_linger(key, http_minor, err.status, err.detail, &[]);
+    }
+
+    /// Answer from the loop itself, then close after the client goes away.
+    fn reply_and_linger(&mut self, key: usize, http_minor: u8, status: u16, text: &str, extra: &[(&[u8], &[u8])]) {
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        let mut out = Vec::with_capacity(256);
+        response::simple(&mut out, http_minor, status, text, false, extra);
+        let fd: RawFd = conn.stream.as_raw_fd();
+        let _ = super::exchange::write_all(fd, &mut [io::IoSlice::new(&out)], Some(Duration::from_millis(500)));
+        self.linger_or_close(key);
+    }
+
+    /// Close our side; if the client may still be sending, read and
+    /// discard for a while so our last response is not destroyed by a reset.
+    fn linger_or_close(&mut self, key: usize) {
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        if conn.read_closed {
+            self.close(key);
+            return;
+        }
+        let _ = conn.stream.shutdown(std::net::Shutdown::Write);
+        conn.phase = Phase::Linger;
+        conn.deadline = Some(Instant::now() + LINGER);
+        if conn.discard_input() {
+            self.close(key);
+        }
+    }
+
+    fn close(&mut self, key: usize) {
+        if let Some(mut conn) = self.conns.try_remove(key) {
+            let _ = self.poll.registry().deregister(&mut conn.stream);
+            if self.spare_bufs.len() < 256 && conn.rbuf.capacity() <= 64 * 1024 {
+                conn.rbuf.clear();
+                self.spare_bufs.push(conn.rbuf);
+            }
+        }
+    }
+
+    fn sweep_timeouts(&mut self) {
+        let now = Instant::now();
+        self.next_sweep = now + SWEEP_EVERY;
+        let expired: Vec<usize> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.deadline.is_some_and(|d| d <= now))
+            .map(|(k, _)| k)
+            .collect();
+        for key in expired {
+            let Some(conn) = self.conns.get(key) else { continue };
+            match conn.phase {
+                Phase::Head if conn.rbuf.is_empty() && conn.served > 0 => self.close(key),
+                Phase::Head => self.refuse(key, HttpError::new(408, "request head not received in time")),
+                Phase::Body { .. } => self.refuse(key, HttpError::new(408, "request body not received in time")),
+                Phase::Linger => self.close(key),
+                Phase::Dispatched => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,325 @@
+//! One request/response exchange on a handler thread: the request body the
+//! plugin reads, and the response it writes.
+//!
+//! The handler thread writes the response to the socket itself, with one
+//! vectored `sendmsg` per plugin write: no copy of the body, no hop back to
+//! the event loop. While a request is dispatched the loop does not touch the
+//! connection, so the two never write the same socket. When the socket is
+//! full the thread waits for it (bounded by the idle timeout): the plugin is
+//! producing the response on this thread anyway.
+
+use std::io::IoSlice;
+use std::os::fd::RawFd;
+use std::time::{Duration, Instant};
+
+use m0serve_abi as abi;
+use nix::sys::socket::MsgFlags;
+
+use crate::http::response::{self, BodyLength};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Nothing sent yet.
+    Idle,
+    /// Head written into `scratch` or sent; body in progress.
+    Open { length: BodyLength, remaining: u64 },
+    /// Complete on the wire.
+    Done,
+    /// Cut off: the connection must close.
+    Broken,
+}
+
+pub struct Exchange<'a> {
+    fd: RawFd,
+    http_minor: u8,
+    is_head: bool,
+    keep_alive: bool,
+    body: &'a [u8],
+    body_pos: usize,
+    state: State,
+    /// Head and chunk framing waiting to go out with the next bytes.
+    scratch: &'a mut Vec<u8>,
+    write_timeout: Option<Duration>,
+    pub status: u16,
+    pub bytes_sent: u64,
+}
+
+/// What the connection does after the exchange.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    pub keep_alive: bool,
+    pub status: u16,
+}
+
+impl<'a> Exchange<'a> {
+    pub fn new(
+        fd: RawFd,
+        http_minor: u8,
+        is_head: bool,
+        keep_alive: bool,
+        body: &'a [u8],
+        scratch: &'a mut Vec<u8>,
+        write_timeout: Option<Duration>,
+    ) -> Exchange<'a> {
+        scratch.clear();
+        Exchange {
+            fd,
+            http_minor,
+            is_head,
+            keep_alive,
+            body,
+            body_pos: 0,
+            state: State::Idle,
+            scratch,
+            write_timeout,
+            status: 0,
+            bytes_sent: 0,
+        }
+    }
+
+    pub fn read_body(&mut self, buf: &mut [u8]) -> usize {
+        let rest = &self.body[self.body_pos..];
+        let n = rest.len().min(buf.len());
+        buf[..n].copy_from_slice(&rest[..n]);
+        self.body_pos += n;
+        n
+    }
+
+    pub fn start<'h>(
+        &mut self,
+        status: u16,
+        headers: impl Iterator<Item = (&'h [u8], &'h [u8])> + Clone,
+        declared: i64,
+    ) -> i32 {
+        if self.state != State::Idle {
+            return abi::M0_ERR_STATE;
+        }
+        if !(200..=999).contains(&status) {
+            return abi::M0_ERR_INVALID;
+        }
+        for (name, value) in headers.clone() {
+            if !response::is_valid_field(name, value) || response::is_hop_or_framing_header(name) {
+                return abi::M0_ERR_INVALID;
+            }
+        }
+        let length = BodyLength::choose(status, declared, self.http_minor);
+        if length == BodyLength::UntilClose || super::is_draining() {
+            self.keep_alive = false;
+        }
+        self.scratch.clear();
+        response::write_head(self.scratch, self.http_minor, status, length, self.keep_alive, headers);
+        let remaining = match length {
+            BodyLength::Sized(n) => n,
+            _ => 0,
+        };
+        self.status = status;
+        self.state = State::Open { length, remaining };
+        abi::M0_OK
+    }
+
+    pub fn write(&mut self, data: &[u8]) -> i32 {
+        let State::Open { length, remaining } = self.state else {
+            return abi::M0_ERR_STATE;
+        };
+        let discard = self.is_head || length == BodyLength::NoBody;
+        let result = match length {
+            _ if discard || data.is_empty() => Ok(()),
+            BodyLength::Sized(_) => {
+                // Never send more than was declared; the rest is dropped and
+                // the connection closed, so the next response is not garbled.
+                let take = (data.len() as u64).min(remaining) as usize;
+                if take < data.len() {
+                    self.keep_alive = false;
+                }
+                self.state = State::Open { length, remaining: remaining - take as u64 };
+                self.send(&data[..take], b"")
+            }
+            BodyLength::Chunked => {
+                let mut size = [0u8; 18];
+                let hex = hex_len(data.len(), &mut size);
+                self.scratch.extend_from_slice(hex);
+                self.scratch.extend_from_slice(b"\r\n");
+                self.send(data, b"\r\n")
+            }
+            BodyLength::UntilClose => self.send(data, b""),
+            BodyLength::NoBody => Ok(()),
+        };
+        self.settle(result)
+    }
+
+    pub fn finish(&mut self) -> i32 {
+        let State::Open { length, remaining } = self.state else {
+            return if self.state == State::Done { abi::M0_OK } else { abi::M0_ERR_STATE };
+        };
+        let cut_short = matches!(length, BodyLength::Sized(_)) && remaining > 0 && !self.is_head;
+        let result = if length == BodyLength::Chunked && !self.is_head {
+            self.send(b"0\r\n\r\n", b"")
+        } else {
+            self.send(b"", b"")
+        };
+        let code = self.settle(result);
+        if code != abi::M0_OK {
+            return code;
+        }
+        if cut_short {
+            // The client will see a short body and a closed connection.
+            self.state = State::Broken;
+            return abi::M0_ERR_STATE;
+        }
+        self.state = State::Done;
+        abi::M0_OK
+    }
+
+    /// The plugin's call returned `code`: complete or cut the response.
+    pub fn conclude(&mut self, code: i32) -> Outcome {
+        match (self.state, code) {
+            (State::Idle, abi::M0_OK) => {
+                crate::log::warn(format_args!("the plugin returned without responding; answering 500"));
+                self.send_error(500, "the application sent no response");
+            }
+            (State::Idle, _) => {
+                let status = status_for_error(code);
+                self.send_error(status, response::reason(status));
+            }
+            (State::Open { .. }, abi::M0_OK) => {
+                self.finish();
+            }
+            (State::Open { .. }, _) => self.state = State::Broken,
+            (State::Done | State::Broken, _) => {}
+        }
+        Outcome { keep_alive: self.keep_alive && self.state == State::Done, status: self.status }
+    }
+
+    fn send_error(&mut self, status: u16, text: &str) {
+        self.scratch.clear();
+        let keep_alive = self.keep_alive && !super::is_draining();
+        self.keep_alive = keep_alive;
+        response::simple(self.scratch, self.http_minor, status, text, keep_alive, &[]);
+        if self.is_head {
+            // HEAD: the same head, no body.
+            let head_end = self.scratch.windows(4).position(|w| w == b"\r\n\r\n").map_or(0, |p| p + 4);
+            self.scratch.truncate(head_end);
+        }
+        self.status = status;
+        let result = self.send(b"", b"");
+        self.state = if result.is_ok() { State::Done } else { State::Broken };
+    }
+
+    fn settle(&mut self, result: Result<(), i32>) -> i32 {
+        match result {
+            Ok(()) => abi::M0_OK,
+            Err(code) => {
+                self.state = State::Broken;
+                code
+            }
+        }
+    }
+
+    /// Send `scratch` (cleared after), then `data`, then `tail`, in one
+    /// vectored write when the socket takes it.
+    fn send(&mut self, data: &[u8], tail: &[u8]) -> Result<(), i32> {
+        let scratch = std::mem::take(self.scratch);
+        let mut slices = [IoSlice::new(&scratch), IoSlice::new(data), IoSlice::new(tail)];
+        let total = (scratch.len() + data.len() + tail.len()) as u64;
+        let result = write_all(self.fd, &mut slices, self.write_timeout);
+        *self.scratch = scratch;
+        self.scratch.clear();
+        if result.is_ok() {
+            self.bytes_sent += total;
+        }
+        result
+    }
+}
+
+fn status_for_error(code: i32) -> u16 {
+    match code {
+        abi::M0_ERR_BAD_REQUEST => 400,
+        abi::M0_ERR_NOT_FOUND => 404,
+        abi::M0_ERR_TOO_LARGE => 413,
+        abi::M0_ERR_UNPROCESSABLE => 422,
+        abi::M0_ERR_UNAVAILABLE => 503,
+        abi::M0_ERR_TIMEOUT => 504,
+        _ => 500,
+    }
+}
+
+fn hex_len(mut n: usize, buf: &mut [u8; 18]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b"0123456789abcdef"[n & 15];
+        n >>= 4;
+        if n == 0 {
+            break;
+        }
+    }
+    &buf[i..]
+}
+
+/// Write every slice, waiting for the socket when it is full.
+pub fn write_all(fd: RawFd, mut slices: &mut [IoSlice<'_>], timeout: Option<Duration>) -> Result<(), i32> {
+    IoSlice::advance_slices(&mut slices, 0);
+    let deadline = timeout.map(|t| Instant::now() + t);
+    while !slices.is_empty() {
+        match nix::sys::socket::sendmsg::<()>(fd, slices, &[], MsgFlags::MSG_NOSIGNAL, None) {
+            Ok(n) => IoSlice::advance_slices(&mut slices, n),
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(nix::errno::Errno::EAGAIN) => wait_writable(fd, deadline)?,
+            Err(_) => return Err(abi::M0_ERR_DISCONNECTED),
+        }
+    }
+    Ok(())
+}
+
+fn wait_writable(fd: RawFd, deadline: Option<Instant>) -> Result<(), i32> {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::BorrowedFd;
+    loop {
+        let wait = match deadline {
+            None => PollTimeout::NONE,
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(abi::M0_ERR_WRITE_TIMEOUT);
+                }
+                PollTimeout::try_from(left.as_millis().min(60_000) as i32 + 1).unwrap_or(PollTimeout::MAX)
+            }
+        };
+        // SAFETY: fd is the connection's socket, kept open by the loop while
+        // this request is dispatched.
+        let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+        let mut fds = [PollFd::new(borrowed, PollFlags::POLLOUT)];
+        match poll(&mut fds, wait) {
+            Ok(0) => continue,
+            Ok(_) => {
+                let revents = fds[0].revents().unwrap_or(PollFlags::empty());
+                if revents.intersects(PollFlags::POLLERR | PollFlags::POLLHUP | PollFlags::POLLNVAL) {
+                    return Err(abi::M0_ERR_DISCONNECTED);
+                }
+                return Ok(());
+            }
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return Err(abi::M0_ERR_DISCONNECTED),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_lengths() {
+        let mut b = [0; 18];
+        assert_eq!(hex_len(0, &mut b), b"0");
+        assert_eq!(hex_len(255, &mut b), b"ff");
+        assert_eq!(hex_len(4096, &mut b), b"1000");
+    }
+
+    #[test]
+    fn error_codes_map_to_statuses() {
+        assert_eq!(status_for_error(abi::M0_ERR_INTERNAL), 500);
+        assert_eq!(status_for_error(abi::M0_ERR_UNAVAILABLE), 503);
+        assert_eq!(status_for_error(-9999), 500);
+    }
+}

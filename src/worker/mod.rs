@@ -1,0 +1,202 @@
+//! A worker process: opens the plugin, starts the handler pool, runs the
+//! event loop on the shared listener, drains on SIGTERM, and exits.
+//!
+//! A worker always leaves through `_exit`: runtimes inside plugins (CPython)
+//! must not be torn down by atexit handlers while their threads may still run.
+
+pub mod connection;
+pub mod event_loop;
+pub mod exchange;
+pub mod pool;
+pub mod sizing;
+
+use std::ffi::CString;
+use std::io::Write;
+use std::os::fd::{FromRawFd, RawFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use m0serve_abi as abi;
+use nix::sys::signal::Signal;
+
+use crate::config::Config;
+use crate::plugin::{Plugin, host};
+use crate::signals::SignalPipe;
+use event_loop::{EventLoop, Exit};
+use pool::{Pool, PoolSettings};
+
+static DRAINING: AtomicBool = AtomicBool::new(false);
+static FATAL_STOP: AtomicBool = AtomicBool::new(false);
+
+/// True once this worker has begun its graceful stop: responses started
+/// after it say `Connection: close`.
+pub fn is_draining() -> bool {
+    DRAINING.load(Ordering::Relaxed)
+}
+
+fn set_draining() {
+    DRAINING.store(true, Ordering::Relaxed);
+}
+
+/// A handler thread hit an error that ends the worker.
+fn request_fatal_stop() {
+    FATAL_STOP.store(true, Ordering::SeqCst);
+}
+
+fn fatal_stop_requested() -> bool {
+    FATAL_STOP.load(Ordering::SeqCst)
+}
+
+/// What a worker is given by the supervisor.
+pub struct WorkerSetup {
+    pub index: u32,
+    pub workers: u32,
+    pub listener_fd: RawFd,
+    /// Written with the worker's index once it serves.
+    pub ready_fd: Option<RawFd>,
+    pub spawned: bool,
+    pub plugin_path: PathBuf,
+}
+
+/// Run the worker to the end; never returns.
+pub fn run(cfg: &Config, setup: WorkerSetup) -> ! {
+    crate::log::set_role(format!("worker {}", setup.index));
+    let code = match serve(cfg, &setup) {
+        Ok(code) => code,
+        Err((code, message)) => {
+            crate::log::error(format_args!("{message}"));
+            code
+        }
+    };
+    exit_now(code)
+}
+
+/// Flush what we printed and leave without running atexit handlers.
+pub fn exit_now(code: i32) -> ! {
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    // SAFETY: _exit has no preconditions; see the module docs for why not exit.
+    unsafe { libc::_exit(code) }
+}
+
+fn serve(cfg: &Config, setup: &WorkerSetup) -> Result<i32, (i32, String)> {
+    // SIGHUP is the supervisor's (reload); a worker notes and ignores it.
+    let signals = SignalPipe::install(&[Signal::SIGTERM, Signal::SIGINT, Signal::SIGQUIT, Signal::SIGHUP])
+        .map_err(|e| (1, format!("cannot install signal handlers: {e}")))?;
+
+    let plugin = Plugin::open(&setup.plugin_path).map_err(|e| (e.exit_code, e.message))?;
+    // SAFETY: the supervisor handed us this listening socket's descriptor
+    // (inherited across fork, or adopted by number after exec); we own it now.
+    let std_listener = unsafe { std::net::TcpListener::from_raw_fd(setup.listener_fd) };
+    std_listener.set_nonblocking(true).map_err(|e| (1, format!("listener: {e}")))?;
+    let local = std_listener.local_addr().map_err(|e| (1, format!("listener: {e}")))?;
+    let listener = mio::net::TcpListener::from_std(std_listener);
+
+    let usable = crate::topology::usable_cpus();
+    let plan = sizing::plan(&plugin.descriptor, cfg.cli.blocking_threads, usable);
+    let server_ip = local.ip().to_string();
+    let init_args = InitArgsOwned::new(cfg, setup, &plan, &server_ip, local.port());
+    let calls = plugin.init(&host::HOST, &init_args.args).map_err(|e| (e.exit_code, e.message))?;
+
+    let poll = mio::Poll::new().map_err(|e| (1, format!("cannot create the event loop: {e}")))?;
+    let waker = mio::Waker::new(poll.registry(), event_loop::WAKER)
+        .map_err(|e| (1, format!("cannot create the loop waker: {e}")))?;
+    let pool = Pool::start(
+        PoolSettings {
+            threads: plan.initial,
+            capacity: cfg.cli.queue_depth as usize,
+            calls,
+            server_ip: server_ip.clone(),
+            server_port: local.port(),
+            worker_index: setup.index,
+            write_timeout: Config::timeout(cfg.cli.idle_timeout),
+        },
+        waker,
+    );
+    let mut event_loop = EventLoop::new(poll, listener, pool, cfg, signals)
+        .map_err(|e| (1, format!("cannot start the event loop: {e}")))?;
+    crate::log::info(format_args!(
+        "pid={} serving {} {} with {} handler thread(s) ({})",
+        std::process::id(),
+        plugin.descriptor.name,
+        plugin.descriptor.version,
+        plan.initial,
+        plan.reason
+    ));
+    if let Some(fd) = setup.ready_fd {
+        announce_ready(fd, setup.index);
+    }
+    let exit = event_loop.run().map_err(|e| (1, format!("event loop failed: {e}")))?;
+    let accepted = event_loop.accepted;
+    let pool = event_loop.into_pool();
+    finish(exit, pool, accepted)
+}
+
+fn finish(exit: Exit, mut pool: Pool, accepted: u64) -> Result<i32, (i32, String)> {
+    let completed = pool.stats().completed.load(Ordering::Relaxed);
+    let code = match exit {
+        Exit::Drained => 0,
+        Exit::Immediate if fatal_stop_requested() => return Err((1, "a handler thread could not start".into())),
+        Exit::Immediate => return Ok(0),
+        Exit::DeadlinePassed(n) => {
+            crate::log::warn(format_args!("graceful timeout reached with {n} request(s) still in flight"));
+            1
+        }
+    };
+    let left = pool.stop(Duration::from_secs(5));
+    if left > 0 {
+        crate::log::warn(format_args!(
+            "{left} handler thread(s) still inside the plugin 5 s after the drain; exiting without them"
+        ));
+    }
+    // shutdown_plugin is only safe once no thread is inside the plugin.
+    if left == 0 {
+        pool.shutdown_plugin();
+        crate::log::info(format_args!("drained: {accepted} connection(s) accepted, {completed} request(s) served"));
+    }
+    Ok(code)
+}
+
+fn announce_ready(fd: RawFd, index: u32) {
+    let bytes = index.to_le_bytes();
+    // SAFETY: writing 4 bytes from a local array to the supervisor's pipe;
+    // a write of at most PIPE_BUF bytes is atomic.
+    unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+    // SAFETY: the descriptor is ours and used only here.
+    unsafe { libc::close(fd) };
+}
+
+/// `M0InitArgs` and the strings it points into.
+struct InitArgsOwned {
+    args: abi::M0InitArgs,
+    _strings: Vec<CString>,
+}
+
+impl InitArgsOwned {
+    fn new(cfg: &Config, setup: &WorkerSetup, plan: &sizing::PoolPlan, server_ip: &str, port: u16) -> InitArgsOwned {
+        let venv = cfg.cli.venv.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+        let strings = vec![
+            CString::new(cfg.cli.arg.clone().unwrap_or_default()).unwrap_or_default(),
+            CString::new(cfg.cli.app_dir.display().to_string()).unwrap_or_default(),
+            CString::new(venv).unwrap_or_default(),
+            CString::new(server_ip).unwrap_or_default(),
+        ];
+        let view = |i: usize| abi::M0Str::from_bytes(strings[i].as_bytes());
+        let args = abi::M0InitArgs {
+            size: std::mem::size_of::<abi::M0InitArgs>() as u32,
+            worker_index: setup.index,
+            workers: setup.workers,
+            handler_threads: plan.initial as u32,
+            max_handler_threads: plan.max as u32,
+            spawned: u32::from(setup.spawned),
+            arg: view(0),
+            app_dir: view(1),
+            venv: view(2),
+            server: abi::M0SockAddr { ip: view(3), port },
+        };
+        // The views point into the CStrings' heap buffers, which do not move
+        // when the Vec does.
+        InitArgsOwned { args, _strings: strings }
+    }
+}

@@ -1,0 +1,381 @@
+//! The handler pool: the threads that call the plugin.
+//!
+//! The event loop never runs plugin code. It parses a request, pushes a `Job`
+//! and goes back to its wait; a handler thread takes the job, calls the
+//! plugin, writes the response itself (see `exchange.rs`) and pushes a
+//! `Completion` back.
+//!
+//! Hand-off costs no syscall while both sides are busy: a push wakes a
+//! thread only when one is parked, and a completion pokes the loop's waker
+//! only when the loop has announced it is about to block. Jobs are served
+//! strictly in arrival order (one FIFO), so no request waits behind later
+//! ones. The queue is bounded: `try_submit` refuses when it is full and the
+//! loop answers 503.
+
+use std::collections::VecDeque;
+use std::ffi::c_void;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use m0serve_abi as abi;
+
+use super::exchange::{Exchange, Outcome};
+use crate::http::Span;
+use crate::http::head::RequestHead;
+use crate::plugin::loader::Calls;
+
+/// The peer of a connection, as text once per connection.
+#[derive(Debug)]
+pub struct Peer {
+    pub ip: String,
+    pub port: u16,
+}
+
+/// Where the body of a dispatched request lives.
+#[derive(Debug)]
+pub enum Body {
+    /// In the request buffer, after the head (Content-Length bodies).
+    InBuffer(Span),
+    /// Decoded from chunked framing.
+    Decoded(Vec<u8>),
+}
+
+/// A parsed request handed to the pool. Owns its buffer; the loop gets the
+/// allocations back with the completion and reuses them.
+pub struct Job {
+    pub token: usize,
+    pub fd: RawFd,
+    pub buf: Vec<u8>,
+    pub head: RequestHead,
+    pub body: Body,
+    pub keep_alive: bool,
+    pub peer: Arc<Peer>,
+    pub queued_at: Instant,
+}
+
+pub struct Completion {
+    pub job: Job,
+    pub outcome: Outcome,
+}
+
+/// What the pool shares with the loop and every handler thread.
+pub struct Shared {
+    queue: Mutex<Queue>,
+    work_ready: Condvar,
+    done: Mutex<Vec<Completion>>,
+    waker: mio::Waker,
+    /// Set by the loop just before it blocks; a completion that finds it set
+    /// pokes the waker.
+    loop_parked: AtomicBool,
+    calls: Calls,
+    server_ip: String,
+    server_port: u16,
+    worker_index: u32,
+    write_timeout: Option<Duration>,
+    stats: Stats,
+}
+
+struct Queue {
+    jobs: VecDeque<Job>,
+    capacity: usize,
+    idle: usize,
+    /// Threads that should exist; a thread above it exits after its job.
+    target: usize,
+    live: usize,
+    busy: usize,
+    next_index: u32,
+    stopping: bool,
+}
+
+/// Measurements the adaptive controller and the logs read.
+#[derive(Default)]
+pub struct Stats {
+    pub completed: AtomicU64,
+    pub queue_wait_ns: AtomicU64,
+    pub service_ns: AtomicU64,
+    pub refused: AtomicU64,
+    pub thread_start_failures: AtomicU32,
+}
+
+pub struct Pool {
+    shared: Arc<Shared>,
+    handles: Vec<JoinHandle<()>>,
+}
+
+pub struct PoolSettings {
+    pub threads: usize,
+    pub capacity: usize,
+    pub calls: Calls,
+    pub server_ip: String,
+    pub server_port: u16,
+    pub worker_index: u32,
+    pub write_timeout: Option<Duration>,
+}
+
+impl Pool {
+    pub fn start(settings: PoolSettings, waker: mio::Waker) -> Pool {
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue {
+                jobs: VecDeque::with_capacity(settings.capacity.min(4096)),
+                capacity: settings.capacity,
+                idle: 0,
+                target: settings.threads,
+                live: 0,
+                busy: 0,
+                next_index: 0,
+                stopping: false,
+            }),
+            work_ready: Condvar::new(),
+            done: Mutex::new(Vec::with_capacity(64)),
+            waker,
+            loop_parked: AtomicBool::new(false),
+            calls: settings.calls,
+            server_ip: settings.server_ip,
+            server_port: settings.server_port,
+            worker_index: settings.worker_index,
+            write_timeout: settings.write_timeout,
+            stats: Stats::default(),
+        });
+        let mut pool = Pool { shared, handles: Vec::new() };
+        pool.spawn_missing();
+        pool
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.shared.stats
+    }
+
+    /// Threads alive and the target.
+    pub fn size(&self) -> (usize, usize) {
+        let q = lock(&self.shared.queue);
+        (q.live, q.target)
+    }
+
+    /// Queue depth and busy threads right now.
+    pub fn load(&self) -> (usize, usize) {
+        let q = lock(&self.shared.queue);
+        (q.jobs.len(), q.busy)
+    }
+
+    /// Change the number of handler threads (the adaptive controller).
+    pub fn resize(&mut self, threads: usize) {
+        {
+            let mut q = lock(&self.shared.queue);
+            q.target = threads.max(1);
+        }
+        // Threads above the target leave after their current job.
+        self.shared.work_ready.notify_all();
+        self.spawn_missing();
+    }
+
+    fn spawn_missing(&mut self) {
+        loop {
+            let index = {
+                let mut q = lock(&self.shared.queue);
+                if q.live >= q.target || q.stopping {
+                    return;
+                }
+                q.live += 1;
+                q.next_index += 1;
+                q.next_index - 1
+            };
+            let shared = Arc::clone(&self.shared);
+            let handle = std::thread::Builder::new()
+                .name(format!("m0-handler-{index}"))
+                .spawn(move || handler_thread(shared, index));
+            match handle {
+                Ok(h) => self.handles.push(h),
+                Err(e) => {
+                    crate::log::error(format_args!("cannot start handler thread {index}: {e}"));
+                    lock(&self.shared.queue).live -= 1;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Queue a job; gives it back when the queue is full.
+    pub fn try_submit(&self, job: Job) -> Result<(), Box<Job>> {
+        let wake = {
+            let mut q = lock(&self.shared.queue);
+            if q.jobs.len() >= q.capacity {
+                self.shared.stats.refused.fetch_add(1, Ordering::Relaxed);
+                return Err(Box::new(job));
+            }
+            q.jobs.push_back(job);
+            q.idle > 0
+        };
+        if wake {
+            self.shared.work_ready.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Take finished exchanges (the loop, once per pass).
+    pub fn drain_completions(&self, into: &mut Vec<Completion>) {
+        let mut done = lock(&self.shared.done);
+        std::mem::swap(&mut *done, into);
+    }
+
+    /// The loop is about to block: returns false when a completion is already
+    /// waiting (then it must not block).
+    pub fn park_loop(&self) -> bool {
+        self.shared.loop_parked.store(true, Ordering::SeqCst);
+        if !lock(&self.shared.done).is_empty() {
+            self.shared.loop_parked.store(false, Ordering::SeqCst);
+            return false;
+        }
+        true
+    }
+
+    pub fn unpark_loop(&self) {
+        self.shared.loop_parked.store(false, Ordering::SeqCst);
+    }
+
+    /// Stop every thread once the queue is empty, waiting up to `timeout`
+    /// for those inside the plugin. Returns how many were left behind.
+    pub fn stop(&mut self, timeout: Duration) -> usize {
+        {
+            let mut q = lock(&self.shared.queue);
+            q.stopping = true;
+        }
+        self.shared.work_ready.notify_all();
+        let deadline = Instant::now() + timeout;
+        let mut left = 0;
+        for handle in self.handles.drain(..) {
+            while !handle.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            if handle.is_finished() {
+                let _ = handle.join();
+            } else {
+                left += 1;
+            }
+        }
+        left
+    }
+
+    pub fn shutdown_plugin(&self) {
+        if let Some(shutdown) = self.shared.calls.shutdown {
+            // SAFETY: the plugin's own state pointer, after its last call.
+            unsafe { shutdown(self.shared.calls.state) };
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic on another thread while holding the lock leaves plain data
+    // that is still consistent (every critical section is a few field
+    // updates), so keep going rather than poisoning the worker.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn handler_thread(shared: Arc<Shared>, index: u32) {
+    let calls = shared.calls;
+    if let Some(start) = calls.thread_start {
+        // SAFETY: the plugin's state and its thread-start hook, on the thread
+        // that will make its calls.
+        let code = unsafe { start(calls.state, index) };
+        if code != abi::M0_OK {
+            crate::log::error(format_args!(
+                "the plugin's thread_start failed on handler thread {index} (code {code}); stopping the worker"
+            ));
+            shared.stats.thread_start_failures.fetch_add(1, Ordering::Relaxed);
+            super::request_fatal_stop();
+            let _ = shared.waker.wake();
+            lock(&shared.queue).live -= 1;
+            return;
+        }
+    }
+    let mut headers: Vec<abi::M0Header> = Vec::with_capacity(32);
+    let mut scratch: Vec<u8> = Vec::with_capacity(1024);
+    loop {
+        let job = {
+            let mut q = lock(&shared.queue);
+            loop {
+                if q.live > q.target {
+                    break None;
+                }
+                if let Some(job) = q.jobs.pop_front() {
+                    q.busy += 1;
+                    break Some(job);
+                }
+                if q.stopping {
+                    break None;
+                }
+                q.idle += 1;
+                q = shared.work_ready.wait(q).unwrap_or_else(|e| e.into_inner());
+                q.idle -= 1;
+            }
+        };
+        let Some(job) = job else { break };
+        let started = Instant::now();
+        shared.stats.queue_wait_ns.fetch_add(duration_ns(started - job.queued_at), Ordering::Relaxed);
+        let outcome = serve(&shared, &job, index, &mut headers, &mut scratch);
+        shared.stats.service_ns.fetch_add(duration_ns(started.elapsed()), Ordering::Relaxed);
+        shared.stats.completed.fetch_add(1, Ordering::Relaxed);
+        lock(&shared.queue).busy -= 1;
+        lock(&shared.done).push(Completion { job, outcome });
+        if shared.loop_parked.swap(false, Ordering::SeqCst) {
+            let _ = shared.waker.wake();
+        }
+    }
+    if let Some(stop) = calls.thread_stop {
+        // SAFETY: the plugin's state and its thread-stop hook, on the thread
+        // whose start hook ran.
+        unsafe { stop(calls.state, index) };
+    }
+    lock(&shared.queue).live -= 1;
+}
+
+fn duration_ns(d: Duration) -> u64 {
+    d.as_nanos().min(u64::MAX as u128) as u64
+}
+
+/// Call the plugin for one job.
+fn serve(
+    shared: &Shared,
+    job: &Job,
+    thread_index: u32,
+    headers: &mut Vec<abi::M0Header>,
+    scratch: &mut Vec<u8>,
+) -> Outcome {
+    let buf = &job.buf;
+    let head = &job.head;
+    let view = |span: Span| abi::M0Str::from_bytes(span.get(buf));
+    headers.clear();
+    headers.extend(head.headers.iter().map(|&(n, v)| abi::M0Header { name: view(n), value: view(v) }));
+    let body: &[u8] = match &job.body {
+        Body::InBuffer(span) => span.get(buf),
+        Body::Decoded(v) => v,
+    };
+    let mut exchange =
+        Exchange::new(job.fd, head.http_minor, head.is_head_method, job.keep_alive, body, scratch, shared.write_timeout);
+    let exchange_ptr: *mut Exchange<'_> = &mut exchange;
+    let request = abi::M0Request {
+        size: std::mem::size_of::<abi::M0Request>() as u32,
+        http_minor: u32::from(head.http_minor),
+        method: view(head.method),
+        target: view(head.target),
+        path: view(head.path),
+        query: view(head.query),
+        headers: headers.as_ptr(),
+        header_count: headers.len(),
+        content_length: body.len() as u64,
+        peer: abi::M0SockAddr { ip: abi::M0Str::from_bytes(job.peer.ip.as_bytes()), port: job.peer.port },
+        server: abi::M0SockAddr { ip: abi::M0Str::from_bytes(shared.server_ip.as_bytes()), port: shared.server_port },
+        worker_index: shared.worker_index,
+        thread_index,
+        host_data: exchange_ptr.cast::<c_void>(),
+    };
+    let calls = shared.calls;
+    // SAFETY: every view in `request` borrows `job`, `headers` or `shared`,
+    // all alive until the call returns; the response handle is the exchange,
+    // which the host functions cast back. The pool honours the plugin's
+    // declared call model (see worker/mod.rs sizing).
+    let code = unsafe { (calls.handle)(calls.state, &request, exchange_ptr.cast::<abi::M0Response>()) };
+    exchange.conclude(code)
+}
