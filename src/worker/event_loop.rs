@@ -18,6 +18,7 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
 
+use super::adaptive::{self, Controller};
 use super::connection::{Conn, Phase, Ready, Step};
 use super::pool::{Completion, Job, Peer, Pool};
 use crate::config::Config;
@@ -47,6 +48,7 @@ pub struct EventLoop {
     listener: Option<TcpListener>,
     conns: Slab<Conn>,
     pool: Pool,
+    controller: Controller,
     limits: Limits,
     timeouts: Timeouts,
     max_keepalive_requests: u32,
@@ -75,6 +77,7 @@ impl EventLoop {
         poll: Poll,
         listener: TcpListener,
         pool: Pool,
+        controller: Controller,
         cfg: &Config,
         signals: SignalPipe,
     ) -> io::Result<EventLoop> {
@@ -87,6 +90,7 @@ impl EventLoop {
             listener: Some(listener),
             conns: Slab::with_capacity(1024),
             pool,
+            controller,
             limits: cfg.limits,
             timeouts: Timeouts {
                 header: Config::timeout(cli.header_timeout),
@@ -156,7 +160,11 @@ impl EventLoop {
             if listener_ready || self.accept_owed {
                 self.accept_batch();
             }
-            if Instant::now() >= self.next_sweep {
+            let now = Instant::now();
+            if self.in_flight > 0 {
+                self.controller.tick(&mut self.pool, now);
+            }
+            if now >= self.next_sweep {
                 self.sweep_timeouts();
             }
         }
@@ -169,6 +177,9 @@ impl EventLoop {
         let mut timeout = None;
         if !self.conns.is_empty() {
             timeout = Some(self.next_sweep.saturating_duration_since(Instant::now()));
+        }
+        if self.in_flight > 0 && self.controller.is_adaptive() {
+            timeout = Some(timeout.map_or(adaptive::TICK, |t: Duration| t.min(adaptive::TICK)));
         }
         if let Some(deadline) = self.drain_deadline {
             let left = deadline.saturating_duration_since(Instant::now()).min(SWEEP_EVERY);

@@ -4,6 +4,7 @@
 //! A worker always leaves through `_exit`: runtimes inside plugins (CPython)
 //! must not be torn down by atexit handlers while their threads may still run.
 
+pub mod adaptive;
 pub mod connection;
 pub mod event_loop;
 pub mod exchange;
@@ -81,6 +82,9 @@ pub fn exit_now(code: i32) -> ! {
 }
 
 fn serve(cfg: &Config, setup: &WorkerSetup) -> Result<i32, (i32, String)> {
+    // A worker whose supervisor is gone (killed with SIGKILL) drains and
+    // leaves instead of serving on unsupervised.
+    let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGTERM);
     // SIGHUP is the supervisor's (reload); a worker notes and ignores it.
     let signals = SignalPipe::install(&[Signal::SIGTERM, Signal::SIGINT, Signal::SIGQUIT, Signal::SIGHUP])
         .map_err(|e| (1, format!("cannot install signal handlers: {e}")))?;
@@ -114,7 +118,8 @@ fn serve(cfg: &Config, setup: &WorkerSetup) -> Result<i32, (i32, String)> {
         },
         waker,
     );
-    let mut event_loop = EventLoop::new(poll, listener, pool, cfg, signals)
+    let controller = adaptive::Controller::new(plan.clone());
+    let mut event_loop = EventLoop::new(poll, listener, pool, controller, cfg, signals)
         .map_err(|e| (1, format!("cannot start the event loop: {e}")))?;
     crate::log::info(format_args!(
         "pid={} serving {} {} with {} handler thread(s) ({})",

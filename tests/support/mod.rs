@@ -1,0 +1,423 @@
+//! Test support: start the real `m0serve` binary on a free port, read its
+//! log, and talk HTTP/1.1 to it over real sockets.
+//!
+//! Every server is started in its own process group and killed with the
+//! group when the `Server` is dropped, so a failed test leaves no workers.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_m0serve"))
+}
+
+/// A plugin built beside the binary (`libNAME.so`).
+pub fn plugin(name: &str) -> PathBuf {
+    let dir = binary()
+        .parent()
+        .expect("binary has a directory")
+        .to_path_buf();
+    for candidate in [format!("lib{name}.so"), format!("libm0_{name}.so")] {
+        let path = dir.join(candidate);
+        if path.is_file() {
+            return path;
+        }
+    }
+    panic!(
+        "plugin {name} is not built beside {}; run cargo build --workspace",
+        binary().display()
+    )
+}
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub struct Server {
+    child: Child,
+    pub addr: SocketAddr,
+    log: Arc<Mutex<String>>,
+}
+
+/// A command for the binary with `--host 127.0.0.1 --port 0` added.
+pub fn command(args: &[&str]) -> Command {
+    let mut cmd = Command::new(binary());
+    cmd.args(["--host", "127.0.0.1", "--port", "0"]).args(args);
+    cmd.env_remove("M0_WORKERS")
+        .env_remove("M0_BLOCKING_THREADS");
+    cmd
+}
+
+impl Server {
+    /// Start with `args` and wait for the ready line.
+    pub fn start(args: &[&str]) -> Server {
+        Server::start_cmd(command(args))
+    }
+
+    pub fn start_cmd(cmd: Command) -> Server {
+        Server::try_start(cmd)
+            .unwrap_or_else(|(log, status)| panic!("server did not start ({status:?}):\n{log}"))
+    }
+
+    /// Start and wait for the ready line; on failure give back the log and
+    /// the exit status.
+    pub fn try_start(mut cmd: Command) -> Result<Server, (String, Option<ExitStatus>)> {
+        use std::os::unix::process::CommandExt;
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        let mut child = cmd.spawn().expect("spawn m0serve");
+        let log = Arc::new(Mutex::new(String::new()));
+        for stream in [
+            Box::new(child.stderr.take().expect("stderr")) as Box<dyn Read + Send>,
+            Box::new(child.stdout.take().expect("stdout")) as Box<dyn Read + Send>,
+        ] {
+            let log = Arc::clone(&log);
+            std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines() {
+                    let Ok(line) = line else { break };
+                    let mut l = log.lock().unwrap();
+                    l.push_str(&line);
+                    l.push('\n');
+                }
+            });
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let ready = ready_addr(&log.lock().unwrap());
+            if let Some(addr) = ready {
+                return Ok(Server { child, addr, log });
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                std::thread::sleep(Duration::from_millis(100));
+                return Err((log.lock().unwrap().clone(), Some(status)));
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                return Err((log.lock().unwrap().clone(), None));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Wait until the log contains `needle` (true) or `timeout` passes.
+    pub fn wait_for_log(&self, needle: &str, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if self.log().contains(needle) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
+    /// Count of lines in the log containing `needle`.
+    pub fn log_count(&self, needle: &str) -> usize {
+        self.log().lines().filter(|l| l.contains(needle)).count()
+    }
+
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: sending a signal to a child we started.
+        unsafe { libc::kill(self.pid(), signal) };
+    }
+
+    /// Wait for the supervisor to exit.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                std::thread::sleep(Duration::from_millis(50));
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// Worker pids from the supervisor's "worker N pid=P started" lines,
+    /// latest per index.
+    pub fn worker_pids(&self) -> Vec<i32> {
+        let mut by_index: Vec<(usize, i32)> = Vec::new();
+        for line in self.log().lines() {
+            let Some(rest) = line.split("supervisor: worker ").nth(1) else {
+                continue;
+            };
+            if !rest.ends_with("started") {
+                continue;
+            }
+            let mut parts = rest.split_whitespace();
+            let index: usize = parts
+                .next()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(usize::MAX);
+            let pid: i32 = parts
+                .next()
+                .and_then(|s| s.strip_prefix("pid="))
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
+            by_index.retain(|(i, _)| *i != index);
+            by_index.push((index, pid));
+        }
+        by_index.sort();
+        by_index.into_iter().map(|(_, p)| p).collect()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // SAFETY: the child leads its own process group; kill the group.
+        unsafe { libc::kill(-self.pid(), libc::SIGKILL) };
+        let _ = self.child.wait();
+    }
+}
+
+fn ready_addr(log: &str) -> Option<SocketAddr> {
+    let line = log.lines().find(|l| l.contains("ready: serving http://"))?;
+    let rest = line.split("http://").nth(1)?;
+    rest.split_whitespace().next()?.parse().ok()
+}
+
+/// A parsed HTTP response.
+#[derive(Debug, Clone)]
+pub struct Response {
+    pub status: u16,
+    pub head: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    pub chunked: bool,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn header_all(&self, name: &str) -> Vec<&str> {
+        self.headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// A client connection that reads responses one at a time.
+pub struct Client {
+    pub stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Client {
+    pub fn connect(addr: SocketAddr) -> Client {
+        let stream = TcpStream::connect(addr).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        stream.set_nodelay(true).unwrap();
+        Client {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    pub fn send(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).expect("send");
+    }
+
+    /// `GET path` with keep-alive.
+    pub fn get(&mut self, path: &str) -> Response {
+        self.send(format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+        self.read_response(false).expect("a response")
+    }
+
+    pub fn request(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Response {
+        let mut req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n",
+            body.len()
+        );
+        for (n, v) in headers {
+            req.push_str(&format!("{n}: {v}\r\n"));
+        }
+        req.push_str("\r\n");
+        let mut bytes = req.into_bytes();
+        bytes.extend_from_slice(body);
+        self.send(&bytes);
+        self.read_response(method == "HEAD").expect("a response")
+    }
+
+    fn fill(&mut self) -> bool {
+        let mut chunk = [0u8; 65536];
+        match self.stream.read(&mut chunk) {
+            Ok(0) | Err(_) => false,
+            Ok(n) => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                true
+            }
+        }
+    }
+
+    /// Read one response; None when the connection closed first.
+    pub fn read_response(&mut self, head_request: bool) -> Option<Response> {
+        let head_end = loop {
+            if let Some(p) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break p + 4;
+            }
+            if !self.fill() {
+                return None;
+            }
+        };
+        let head = String::from_utf8_lossy(&self.buf[..head_end]).into_owned();
+        self.buf.drain(..head_end);
+        let mut lines = head.split("\r\n");
+        let status_line = lines.next()?;
+        let status: u16 = status_line.split(' ').nth(1)?.parse().ok()?;
+        let headers: Vec<(String, String)> = lines
+            .filter(|l| !l.is_empty())
+            .filter_map(|l| {
+                l.split_once(':')
+                    .map(|(n, v)| (n.trim().to_string(), v.trim().to_string()))
+            })
+            .collect();
+        let get = |n: &str| {
+            headers
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(n))
+                .map(|(_, v)| v.clone())
+        };
+        let chunked = get("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked"));
+        let no_body =
+            head_request || status == 204 || status == 304 || (100..200).contains(&status);
+        let body = if no_body {
+            Vec::new()
+        } else if chunked {
+            self.read_chunked()?
+        } else if let Some(len) = get("content-length") {
+            let len: usize = len.parse().ok()?;
+            while self.buf.len() < len {
+                if !self.fill() {
+                    return None;
+                }
+            }
+            self.buf.drain(..len).collect()
+        } else {
+            while self.fill() {}
+            std::mem::take(&mut self.buf)
+        };
+        Some(Response {
+            status,
+            head,
+            headers,
+            body,
+            chunked,
+        })
+    }
+
+    fn read_line(&mut self) -> Option<String> {
+        loop {
+            if let Some(p) = self.buf.windows(2).position(|w| w == b"\r\n") {
+                let line = String::from_utf8_lossy(&self.buf[..p]).into_owned();
+                self.buf.drain(..p + 2);
+                return Some(line);
+            }
+            if !self.fill() {
+                return None;
+            }
+        }
+    }
+
+    fn read_chunked(&mut self) -> Option<Vec<u8>> {
+        let mut body = Vec::new();
+        loop {
+            let line = self.read_line()?;
+            let size = usize::from_str_radix(line.split(';').next()?.trim(), 16).ok()?;
+            if size == 0 {
+                // Trailers, then the empty line.
+                while !self.read_line()?.is_empty() {}
+                return Some(body);
+            }
+            while self.buf.len() < size + 2 {
+                if !self.fill() {
+                    return None;
+                }
+            }
+            body.extend(self.buf.drain(..size));
+            self.buf.drain(..2);
+        }
+    }
+
+    /// True when the server has closed the connection (EOF, reset or
+    /// nothing more within `timeout`... reported as false).
+    pub fn is_closed(&mut self, timeout: Duration) -> bool {
+        self.stream.set_read_timeout(Some(timeout)).unwrap();
+        let mut b = [0u8; 1];
+        let closed = match self.stream.read(&mut b) {
+            Ok(0) => true,
+            Ok(_) => {
+                self.buf.push(b[0]);
+                false
+            }
+            Err(e) => matches!(e.kind(), std::io::ErrorKind::ConnectionReset),
+        };
+        self.stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        closed
+    }
+}
+
+/// Send raw bytes on a new connection and read until the server closes.
+pub fn raw_exchange(addr: SocketAddr, bytes: &[u8]) -> Vec<u8> {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    stream.write_all(bytes).expect("send");
+    let mut out = Vec::new();
+    let _ = stream.read_to_end(&mut out);
+    out
+}
+
+/// The status code of the first response in `bytes`.
+pub fn status_of(bytes: &[u8]) -> u16 {
+    let text = String::from_utf8_lossy(bytes);
+    text.split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+pub fn get(addr: SocketAddr, path: &str) -> Response {
+    Client::connect(addr).get(path)
+}
