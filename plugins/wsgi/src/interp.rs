@@ -271,6 +271,9 @@ pub fn start_python(program: &Path) -> Result<bool, InitError> {
         let cfg = config.as_mut_ptr();
         (*cfg).install_signal_handlers = 0;
         (*cfg).parse_argv = 0;
+        // print() from the app reaches the server log at once, not when a
+        // block buffer fills (stdout is a pipe or a file under a server).
+        (*cfg).buffered_stdio = 0;
         let status =
             ffi::PyConfig_SetBytesString(cfg, &raw mut (*cfg).program_name, program_c.as_ptr());
         if ffi::PyStatus_Exception(status) != 0 {

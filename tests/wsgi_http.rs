@@ -1,0 +1,541 @@
+//! Shared by the WSGI plugin tests (`wsgi_conformance`, `wsgi_frameworks`,
+//! `wsgi_leak`), which include it with `#[path] mod`: a raw HTTP/1.1 client
+//! that sees the wire as it is (chunk boundaries, a missing terminator, the
+//! exact header lines), the location of the plugin, and the framework venv.
+//! Compiled alone it is an empty test crate.
+#![allow(dead_code)]
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// How long a test waits on one read before calling the server stuck.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// One response as it came off the wire.
+#[derive(Debug, Default)]
+pub struct Response {
+    pub status: u16,
+    /// Header lines in order; values as raw bytes (latin-1 on the wire).
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub body: Vec<u8>,
+    pub chunked: bool,
+    /// Chunked: the zero-length terminator arrived. Sized: all bytes came.
+    /// Close-delimited: always true once EOF is seen.
+    pub complete: bool,
+    /// The head as text (lossy), for assertion messages.
+    pub head: String,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+    }
+
+    pub fn header_bytes(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_slice())
+    }
+
+    pub fn all(&self, name: &str) -> Vec<String> {
+        self.headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+            .collect()
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// Lines `KEY=VALUE` of the conformance app's answers, as a lookup.
+    pub fn field(&self, key: &str) -> Option<String> {
+        self.text().lines().find_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            (k == key).then(|| v.to_owned())
+        })
+    }
+}
+
+/// A client connection (keep-alive capable).
+pub struct Conn {
+    reader: BufReader<TcpStream>,
+}
+
+impl Conn {
+    pub fn open(port: u16) -> Conn {
+        let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to m0serve");
+        stream.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
+        stream.set_nodelay(true).unwrap();
+        Conn {
+            reader: BufReader::with_capacity(64 * 1024, stream),
+        }
+    }
+
+    pub fn stream(&self) -> &TcpStream {
+        self.reader.get_ref()
+    }
+
+    pub fn send(&mut self, raw: &[u8]) {
+        self.reader.get_mut().write_all(raw).expect("send request");
+    }
+
+    /// Sends `METHOD path` with extra header lines and a body.
+    pub fn send_request(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) {
+        let mut req = format!("{method} {path} HTTP/1.1\r\nHost: m0serve.test\r\n");
+        for (n, v) in headers {
+            req.push_str(&format!("{n}: {v}\r\n"));
+        }
+        if !body.is_empty() || method == "POST" || method == "PUT" {
+            req.push_str(&format!("Content-Length: {}\r\n", body.len()));
+        }
+        req.push_str("\r\n");
+        let mut bytes = req.into_bytes();
+        bytes.extend_from_slice(body);
+        self.send(&bytes);
+    }
+
+    /// Reads the status line and headers.
+    pub fn read_head(&mut self) -> io::Result<Response> {
+        let mut head = Vec::new();
+        loop {
+            let mut line = Vec::new();
+            let n = self.reader.read_until(b'\n', &mut line)?;
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!(
+                        "connection closed before a complete head: {:?}",
+                        String::from_utf8_lossy(&head)
+                    ),
+                ));
+            }
+            head.extend_from_slice(&line);
+            if line == b"\r\n" || line == b"\n" {
+                break;
+            }
+        }
+        let mut headers = [httparse::EMPTY_HEADER; 64];
+        let mut parsed = httparse::Response::new(&mut headers);
+        let status = parsed
+            .parse(&head)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{e}: {head:?}")))?;
+        assert!(status.is_complete(), "incomplete head {head:?}");
+        let mut resp = Response {
+            status: parsed.code.unwrap_or(0),
+            head: String::from_utf8_lossy(&head).into_owned(),
+            ..Response::default()
+        };
+        for h in parsed.headers.iter() {
+            resp.headers.push((h.name.to_owned(), h.value.to_vec()));
+        }
+        resp.chunked = resp
+            .header("transfer-encoding")
+            .is_some_and(|te| te.eq_ignore_ascii_case("chunked"));
+        Ok(resp)
+    }
+
+    /// Reads one chunk of a chunked body: `Some(data)`, `Some(empty)` for
+    /// the terminator, `None` when the connection ended first.
+    pub fn read_chunk(&mut self) -> Option<Vec<u8>> {
+        let mut line = String::new();
+        match self.reader.read_line(&mut line) {
+            Ok(0) | Err(_) => return None,
+            Ok(_) => {}
+        }
+        let size_text = line.trim_end().split(';').next().unwrap_or("");
+        let size = usize::from_str_radix(size_text, 16).ok()?;
+        let mut data = vec![0; size];
+        self.reader.read_exact(&mut data).ok()?;
+        let mut crlf = [0u8; 2];
+        self.reader.read_exact(&mut crlf).ok()?;
+        if &crlf != b"\r\n" {
+            return None;
+        }
+        if size == 0 {
+            // No trailers are expected: the terminator ends here.
+            return Some(Vec::new());
+        }
+        Some(data)
+    }
+
+    /// Reads the body that follows `resp`'s head.
+    pub fn read_body(&mut self, resp: &mut Response, head_request: bool) {
+        if head_request || resp.status == 204 || resp.status == 304 || resp.status < 200 {
+            resp.complete = true;
+            return;
+        }
+        if resp.chunked {
+            loop {
+                match self.read_chunk() {
+                    Some(c) if c.is_empty() => {
+                        resp.complete = true;
+                        return;
+                    }
+                    Some(c) => resp.body.extend_from_slice(&c),
+                    None => return,
+                }
+            }
+        }
+        if let Some(len) = resp.header("content-length") {
+            let len: usize = len.trim().parse().expect("numeric Content-Length");
+            let mut body = vec![0; len];
+            let mut got = 0;
+            while got < len {
+                match self.reader.read(&mut body[got..]) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got += n,
+                }
+            }
+            body.truncate(got);
+            resp.complete = got == len;
+            resp.body = body;
+            return;
+        }
+        let mut body = Vec::new();
+        let ok = self.reader.read_to_end(&mut body).is_ok();
+        resp.body = body;
+        resp.complete = ok;
+    }
+
+    pub fn read_response(&mut self, head_request: bool) -> io::Result<Response> {
+        let mut resp = self.read_head()?;
+        self.read_body(&mut resp, head_request);
+        Ok(resp)
+    }
+
+    pub fn request(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Response {
+        self.send_request(method, path, headers, body);
+        self.read_response(method == "HEAD")
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+    }
+
+    /// True when the server closed the connection (EOF within `wait`).
+    pub fn closed_by_server(&mut self, wait: Duration) -> bool {
+        self.stream().set_read_timeout(Some(wait)).unwrap();
+        let mut b = [0u8; 1];
+        let r = matches!(self.reader.read(&mut b), Ok(0) | Err(_));
+        self.stream().set_read_timeout(Some(READ_TIMEOUT)).unwrap();
+        r
+    }
+
+    pub fn shutdown(self) {
+        let _ = self.reader.get_ref().shutdown(Shutdown::Both);
+    }
+}
+
+/// One request on a fresh connection.
+pub fn get(port: u16, path: &str) -> Response {
+    Conn::open(port).request("GET", path, &[], b"")
+}
+
+pub fn request(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Response {
+    Conn::open(port).request(method, path, headers, body)
+}
+
+/// Polls `f` until it is true or `within` passes.
+pub fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + within;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() > end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The directory of the test binary's profile (`target/debug`).
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    // target/<profile>/deps/<test binary>
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("test binary lives in target/<profile>/deps")
+        .to_path_buf()
+}
+
+/// `tests/apps`, the `--app-dir` of every WSGI test.
+pub fn apps_dir() -> PathBuf {
+    repo().join("tests/apps")
+}
+
+/// The plugin, built (or brought up to date) for this test profile first:
+/// integration tests of the root package do not build other workspace
+/// members by themselves.
+pub fn plugin() -> PathBuf {
+    static PLUGIN: OnceLock<PathBuf> = OnceLock::new();
+    PLUGIN
+        .get_or_init(|| {
+            let dir = profile_dir();
+            let release = dir.file_name().is_some_and(|n| n == "release");
+            let mut cmd = Command::new(env!("CARGO"));
+            cmd.args(["build", "--quiet", "-p", "m0-wsgi"])
+                .current_dir(repo());
+            if release {
+                cmd.arg("--release");
+            }
+            let status = cmd.status().expect("run cargo build -p m0-wsgi");
+            assert!(status.success(), "cargo build -p m0-wsgi failed");
+            let so = dir.join("libm0_wsgi.so");
+            assert!(so.exists(), "{} missing after the build", so.display());
+            so
+        })
+        .clone()
+}
+
+/// The interpreter the plugin embeds (pinned in .cargo/config.toml).
+pub fn python() -> String {
+    std::env::var("PYO3_PYTHON").unwrap_or_else(|_| "python3.11".into())
+}
+
+/// A venv with tests/requirements-frameworks.txt installed, under the target
+/// dir; rebuilt when the requirements change, shared across test binaries
+/// (an flock keeps two from building it at once).
+pub fn framework_venv() -> PathBuf {
+    static VENV: OnceLock<PathBuf> = OnceLock::new();
+    VENV.get_or_init(|| {
+        let target = profile_dir().parent().unwrap().to_path_buf();
+        let venv = target.join("wsgi-frameworks-venv");
+        let reqs_path = repo().join("tests/requirements-frameworks.txt");
+        let reqs = std::fs::read_to_string(&reqs_path).expect("read requirements-frameworks.txt");
+        let lock_path = target.join("wsgi-frameworks-venv.lock");
+        let lock = std::fs::File::create(&lock_path).expect("create the venv lock file");
+        let _guard = Flock::exclusive(&lock);
+        let stamp = venv.join("m0-requirements.txt");
+        if std::fs::read_to_string(&stamp).ok().as_deref() == Some(reqs.as_str())
+            && venv.join("bin/python").exists()
+        {
+            return venv;
+        }
+        let _ = std::fs::remove_dir_all(&venv);
+        let run = |cmd: &mut Command, what: &str| {
+            let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert!(
+                out.status.success(),
+                "{what} failed:\n{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        run(
+            Command::new(python()).args(["-m", "venv"]).arg(&venv),
+            "python -m venv",
+        );
+        run(
+            Command::new(venv.join("bin/python"))
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    "-r",
+                ])
+                .arg(&reqs_path),
+            "pip install -r tests/requirements-frameworks.txt",
+        );
+        std::fs::write(&stamp, &reqs).expect("write the venv stamp");
+        venv
+    })
+    .clone()
+}
+
+struct Flock<'a>(&'a std::fs::File);
+
+impl<'a> Flock<'a> {
+    fn exclusive(f: &'a std::fs::File) -> Flock<'a> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: flock on a descriptor this process owns; no memory involved.
+        let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
+        assert_eq!(rc, 0, "flock the venv lock file");
+        Flock(f)
+    }
+}
+
+impl Drop for Flock<'_> {
+    fn drop(&mut self) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: unlocking our own descriptor.
+        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
+    }
+}
+
+/// Resident set size of a process, in KiB (from /proc).
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| {
+        l.strip_prefix("VmRSS:")?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+/// Child processes of `pid` (the workers of a supervisor).
+pub fn children(pid: u32) -> Vec<u32> {
+    let path = format!("/proc/{pid}/task/{pid}/children");
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// An m0serve serving a WSGI app from tests/apps, on a free port, in its
+/// own process group that is killed on drop.
+pub struct WsgiServer {
+    pub port: u16,
+    child: std::process::Child,
+    log: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+fn wsgi_command(spec: &str, extra: &[&str]) -> Command {
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_m0serve"));
+    cmd.args(["--host", "127.0.0.1", "--port", "0", "--plugin"])
+        .arg(plugin())
+        .arg("--app-dir")
+        .arg(apps_dir())
+        .args(extra)
+        .arg(spec)
+        // The venv comes from --venv in these tests, never from the caller.
+        .env_remove("VIRTUAL_ENV")
+        .env_remove("M0_VENV")
+        .env_remove("M0_WORKERS")
+        .env_remove("M0_BLOCKING_THREADS")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    cmd
+}
+
+/// The address in the core's "ready: serving http://ADDR" line.
+fn ready_port(log: &str) -> Option<u16> {
+    let line = log.lines().find(|l| l.contains("ready: serving http://"))?;
+    let addr = line.split("http://").nth(1)?.split_whitespace().next()?;
+    addr.parse::<std::net::SocketAddr>().ok().map(|a| a.port())
+}
+
+enum Started {
+    Ready(WsgiServer),
+    Exited(Option<i32>, String),
+}
+
+fn launch(spec: &str, extra: &[&str]) -> Started {
+    let mut child = wsgi_command(spec, extra).spawn().expect("spawn m0serve");
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    for out in [
+        Box::new(child.stderr.take().unwrap()) as Box<dyn Read + Send>,
+        Box::new(child.stdout.take().unwrap()),
+    ] {
+        let log = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                let mut l = log.lock().unwrap();
+                l.push_str(&line);
+                l.push('\n');
+            }
+        });
+    }
+    let end = Instant::now() + Duration::from_secs(60);
+    loop {
+        let port = ready_port(&log.lock().unwrap());
+        if let Some(port) = port {
+            return Started::Ready(WsgiServer { port, child, log });
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            std::thread::sleep(Duration::from_millis(200)); // let the readers drain
+            let text = log.lock().unwrap().clone();
+            return Started::Exited(status.code(), text);
+        }
+        if Instant::now() > end {
+            let text = log.lock().unwrap().clone();
+            let srv = WsgiServer {
+                port: 0,
+                child,
+                log,
+            };
+            drop(srv);
+            return Started::Exited(None, format!("no ready line within 60 s:\n{text}"));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+impl WsgiServer {
+    pub fn start(spec: &str, extra: &[&str]) -> WsgiServer {
+        match launch(spec, extra) {
+            Started::Ready(srv) => srv,
+            Started::Exited(code, log) => panic!("m0serve did not start (exit {code:?}):\n{log}"),
+        }
+    }
+
+    /// Runs a server that must fail to start: its exit status and log.
+    pub fn fail(spec: &str, extra: &[&str]) -> (Option<i32>, String) {
+        match launch(spec, extra) {
+            Started::Exited(code, log) => (code, log),
+            Started::Ready(srv) => (None, format!("it started:\n{}", srv.log())),
+        }
+    }
+
+    /// The supervisor's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    pub fn wait_log(&self, needle: &str, within: Duration) -> bool {
+        eventually(within, || self.log.lock().unwrap().contains(needle))
+    }
+}
+
+impl Drop for WsgiServer {
+    fn drop(&mut self) {
+        // SAFETY: the child leads its own process group (process_group(0));
+        // killing the group takes its workers too.
+        unsafe { libc::kill(-(self.child.id() as i32), libc::SIGKILL) };
+        let _ = self.child.wait();
+    }
+}
