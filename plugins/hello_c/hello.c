@@ -39,6 +39,8 @@ static const M0PluginInfo info = {
     .process_lock = M0_LOCK_NONE,
     .start = M0_START_FORK_SAFE,
     .compute_threads = 1,
+    .caps = 0,
+    .max_batch = 0,
 };
 
 static int str_eq(M0Str s, const char *lit) {
@@ -92,7 +94,7 @@ static int32_t headers(const M0Request *req, M0Response *resp) {
     for (size_t i = 0; i < req->header_count; i++) {
         total += req->headers[i].name.len + req->headers[i].value.len + 3;
     }
-    char *out = malloc(total + 1);
+    char *out = (char *)malloc(total + 1);
     if (out == NULL) {
         return M0_ERR_INTERNAL;
     }
@@ -165,9 +167,14 @@ static int32_t handle(void *state, const M0Request *req, M0Response *resp) {
     return M0_ERR_NOT_FOUND;
 }
 
+/* Only handle is required; the hooks are for plugins with per-thread state. */
 static const M0PluginCalls calls = {
     .size = sizeof(M0PluginCalls),
     .handle = handle,
+    .thread_start = NULL,
+    .thread_stop = NULL,
+    .handle_batch = NULL,
+    .shutdown = NULL,
 };
 
 M0_EXPORT const M0PluginInfo *m0_plugin_describe(void) { return &info; }

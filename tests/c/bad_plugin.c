@@ -1,0 +1,65 @@
+/* A plugin that breaks the ABI in one way chosen at compile time, for the
+ * loader's refusal tests. Each -D picks the defect. */
+#include "m0serve.h"
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef ABI_MAJOR
+#define ABI_MAJOR M0_ABI_MAJOR
+#endif
+#ifndef ABI_MINOR
+#define ABI_MINOR M0_ABI_MINOR
+#endif
+#ifndef INFO_SIZE
+#define INFO_SIZE sizeof(M0PluginInfo)
+#endif
+
+static const M0PluginInfo info = {
+    .size = INFO_SIZE,
+    .abi_major = ABI_MAJOR,
+    .abi_minor = ABI_MINOR,
+    .call_model = M0_CALL_REENTRANT,
+    .name = "bad",
+    .version = "0",
+    .process_lock = M0_LOCK_NONE,
+    .start = M0_START_FORK_SAFE,
+};
+
+#ifndef NO_INIT
+static int32_t handle(void *s, const M0Request *r, M0Response *resp) {
+    (void)s;
+    (void)r;
+    (void)resp;
+    return M0_ERR_INTERNAL;
+}
+
+static const M0PluginCalls calls = {.size = sizeof(M0PluginCalls), .handle = handle};
+#endif
+
+#ifdef CRASH_AT_LOAD
+__attribute__((constructor)) static void crash(void) { abort(); }
+#endif
+
+M0_EXPORT const M0PluginInfo *m0_plugin_describe(void) { return &info; }
+
+#ifndef NO_INIT
+M0_EXPORT int32_t m0_plugin_init(const M0Host *host, const M0InitArgs *args, const M0PluginCalls **out,
+                                 void **state, M0Error *error) {
+    (void)host;
+    (void)args;
+#if defined(INIT_REFUSES) || defined(INIT_FAILS)
+    const char *msg = "this plugin says no: set FOO to fix it";
+    error->message_len = (uint32_t)strlen(msg);
+    memcpy(error->message, msg, error->message_len);
+#ifdef INIT_REFUSES
+    return M0_INIT_REFUSED;
+#else
+    return M0_INIT_FAILED;
+#endif
+#endif
+    (void)error;
+    *out = &calls;
+    *state = NULL;
+    return M0_OK;
+}
+#endif

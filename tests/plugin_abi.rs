@@ -1,0 +1,166 @@
+//! The C ABI from the plugin author's side: the header compiles as C and
+//! C++, C lays the structs out as Rust does, and a plugin that breaks the
+//! ABI is refused with a message that says what and why.
+
+mod support;
+
+use std::mem::{offset_of, size_of};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use m0serve_abi as abi;
+use support::{Server, command, repo_root};
+
+fn scratch_dir(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn cc(args: &[&str], out: &Path) {
+    let status = Command::new("cc")
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-fvisibility=hidden", "-I"])
+        .arg(repo_root().join("include"))
+        .args(args)
+        .arg("-o")
+        .arg(out)
+        .status()
+        .expect("run cc");
+    assert!(status.success(), "cc {args:?} failed");
+}
+
+fn bad_plugin(name: &str, defines: &[&str]) -> PathBuf {
+    let out = scratch_dir("bad_plugins").join(format!("lib{name}.so"));
+    let src = repo_root().join("tests/c/bad_plugin.c");
+    let mut args = vec!["-shared", src.to_str().unwrap()];
+    args.extend_from_slice(defines);
+    cc(&args, &out);
+    out
+}
+
+/// Run the server with a plugin and expect it to stop before serving.
+fn refused(plugin: &Path) -> (i32, String) {
+    let mut cmd = command(&["--plugin", plugin.to_str().unwrap()]);
+    let out = cmd.output().expect("run m0serve");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn example_plugin_compiles_as_strict_c11_and_as_cpp() {
+    let src = repo_root().join("plugins/hello_c/hello.c");
+    let dir = scratch_dir("hello_variants");
+    cc(&["-pedantic", "-shared", src.to_str().unwrap()], &dir.join("libhello_pedantic.so"));
+    let status = Command::new("c++")
+        .args(["-x", "c++", "-std=c++20", "-Wall", "-Wextra", "-Werror", "-fsyntax-only", "-I"])
+        .arg(repo_root().join("include"))
+        .arg(&src)
+        .status()
+        .expect("run c++");
+    assert!(status.success(), "hello.c does not compile as C++");
+}
+
+#[test]
+fn c_lays_out_every_boundary_struct_as_rust_does() {
+    let exe = scratch_dir("layout").join("layout");
+    cc(&[repo_root().join("tests/c/layout.c").to_str().unwrap()], &exe);
+    let out = Command::new(&exe).output().expect("run layout");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let expected: Vec<(&str, usize)> = vec![
+        ("M0Str", size_of::<abi::M0Str>()),
+        ("M0Header", size_of::<abi::M0Header>()),
+        ("M0SockAddr", size_of::<abi::M0SockAddr>()),
+        ("M0PluginInfo", size_of::<abi::M0PluginInfo>()),
+        ("M0Request", size_of::<abi::M0Request>()),
+        ("M0Error", size_of::<abi::M0Error>()),
+        ("M0Host", size_of::<abi::M0Host>()),
+        ("M0InitArgs", size_of::<abi::M0InitArgs>()),
+        ("M0PluginCalls", size_of::<abi::M0PluginCalls>()),
+        ("M0PluginInfo.max_batch", offset_of!(abi::M0PluginInfo, max_batch)),
+        ("M0PluginInfo.name", offset_of!(abi::M0PluginInfo, name)),
+        ("M0Request.headers", offset_of!(abi::M0Request, headers)),
+        ("M0Request.content_length", offset_of!(abi::M0Request, content_length)),
+        ("M0Request.peer", offset_of!(abi::M0Request, peer)),
+        ("M0Request.host_data", offset_of!(abi::M0Request, host_data)),
+        ("M0Host.log", offset_of!(abi::M0Host, log)),
+        ("M0Host.counter_add", offset_of!(abi::M0Host, counter_add)),
+        ("M0InitArgs.arg", offset_of!(abi::M0InitArgs, arg)),
+        ("M0InitArgs.server", offset_of!(abi::M0InitArgs, server)),
+        ("M0PluginCalls.handle", offset_of!(abi::M0PluginCalls, handle)),
+        ("M0PluginCalls.shutdown", offset_of!(abi::M0PluginCalls, shutdown)),
+        ("M0Error.message", offset_of!(abi::M0Error, message)),
+    ];
+    for (name, rust) in expected {
+        let c: usize = text
+            .lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')))
+            .unwrap_or_else(|| panic!("layout printed no {name}"))
+            .parse()
+            .unwrap();
+        assert_eq!(c, rust, "{name}: C says {c}, Rust says {rust}");
+    }
+}
+
+#[test]
+fn plugin_built_for_another_major_is_refused_with_78() {
+    let (code, err) = refused(&bad_plugin("major2", &["-DABI_MAJOR=2"]));
+    assert_eq!(code, 78, "{err}");
+    assert!(err.contains("ABI 2.0") && err.contains("rebuild"), "{err}");
+}
+
+#[test]
+fn plugin_built_for_a_newer_minor_is_refused_and_an_older_one_accepted() {
+    let (code, err) = refused(&bad_plugin("minor9", &["-DABI_MINOR=9"]));
+    assert_eq!(code, 78, "{err}");
+    assert!(err.contains("upgrade m0serve"), "{err}");
+    // hello_c is built for this minor; a plugin for an older minor of the
+    // same major would load the same way (minor 0 is the oldest there is).
+    let p = support::plugin("hello_c");
+    let s = Server::start(&["--plugin", p.to_str().unwrap()]);
+    assert_eq!(support::get(s.addr, "/").status, 200);
+}
+
+#[test]
+fn missing_entry_point_is_refused_with_78() {
+    let (code, err) = refused(&bad_plugin("noinit", &["-DNO_INIT"]));
+    assert_eq!(code, 78, "{err}");
+    assert!(err.contains("does not export m0_plugin_init"), "{err}");
+}
+
+#[test]
+fn too_small_descriptor_is_refused_with_78() {
+    let (code, err) = refused(&bad_plugin("small", &["-DINFO_SIZE=16"]));
+    assert_eq!(code, 78, "{err}");
+    assert!(err.contains("M0PluginInfo is 16 bytes"), "{err}");
+}
+
+#[test]
+fn init_refusal_is_78_and_init_failure_is_1_with_the_plugins_message() {
+    let (code, err) = refused(&bad_plugin("refuses", &["-DINIT_REFUSES"]));
+    assert_eq!(code, 78, "{err}");
+    assert!(err.contains("refused the configuration: this plugin says no: set FOO to fix it"), "{err}");
+    let (code, err) = refused(&bad_plugin("fails", &["-DINIT_FAILS"]));
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("failed to start: this plugin says no"), "{err}");
+}
+
+#[test]
+fn plugin_that_crashes_while_loading_is_reported_not_fatal_to_the_supervisor() {
+    let (code, err) = refused(&bad_plugin("crashes", &["-DCRASH_AT_LOAD"]));
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("crashed while loading"), "{err}");
+}
+
+#[test]
+fn short_names_are_found_on_m0_plugin_path_and_misses_list_where_we_looked() {
+    let dir = scratch_dir("plugin_path");
+    std::fs::copy(support::plugin("hello_c"), dir.join("libgreeter.so")).unwrap();
+    let mut cmd = command(&["--plugin", "greeter"]);
+    cmd.env("M0_PLUGIN_PATH", &dir);
+    let s = Server::start_cmd(cmd);
+    assert_eq!(support::get(s.addr, "/").body, b"hello, world\n");
+
+    let out = command(&["--plugin", "no_such_plugin"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("not found; looked for") && err.contains("libno_such_plugin.so"), "{err}");
+}
