@@ -12,6 +12,9 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+#[path = "support/mod.rs"]
+pub mod support;
+
 /// How long a test waits on one read before calling the server stuck.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -417,125 +420,57 @@ pub fn children(pid: u32) -> Vec<u32> {
         .collect()
 }
 
-/// An m0serve serving a WSGI app from tests/apps, on a free port, in its
-/// own process group that is killed on drop.
+/// An m0serve serving a WSGI app from tests/apps (the core's test support
+/// starts it on a free port and kills its process group on drop).
 pub struct WsgiServer {
     pub port: u16,
-    child: std::process::Child,
-    log: std::sync::Arc<std::sync::Mutex<String>>,
+    server: support::Server,
 }
 
 fn wsgi_command(spec: &str, extra: &[&str]) -> Command {
-    use std::os::unix::process::CommandExt;
-    use std::process::Stdio;
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_m0serve"));
-    cmd.args(["--host", "127.0.0.1", "--port", "0", "--plugin"])
-        .arg(plugin())
-        .arg("--app-dir")
-        .arg(apps_dir())
-        .args(extra)
-        .arg(spec)
-        // The venv comes from --venv in these tests, never from the caller.
-        .env_remove("VIRTUAL_ENV")
-        .env_remove("M0_VENV")
-        .env_remove("M0_WORKERS")
-        .env_remove("M0_BLOCKING_THREADS")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
+    let plugin = plugin();
+    let apps = apps_dir();
+    let mut args: Vec<&str> = vec![
+        "--plugin",
+        plugin.to_str().unwrap(),
+        "--app-dir",
+        apps.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    args.push(spec);
+    let mut cmd = support::command(&args);
+    // The venv comes from --venv in these tests, never from the caller.
+    cmd.env_remove("VIRTUAL_ENV").env_remove("M0_VENV");
     cmd
-}
-
-/// The address in the core's "ready: serving http://ADDR" line.
-fn ready_port(log: &str) -> Option<u16> {
-    let line = log.lines().find(|l| l.contains("ready: serving http://"))?;
-    let addr = line.split("http://").nth(1)?.split_whitespace().next()?;
-    addr.parse::<std::net::SocketAddr>().ok().map(|a| a.port())
-}
-
-enum Started {
-    Ready(WsgiServer),
-    Exited(Option<i32>, String),
-}
-
-fn launch(spec: &str, extra: &[&str]) -> Started {
-    let mut child = wsgi_command(spec, extra).spawn().expect("spawn m0serve");
-    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    for out in [
-        Box::new(child.stderr.take().unwrap()) as Box<dyn Read + Send>,
-        Box::new(child.stdout.take().unwrap()),
-    ] {
-        let log = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines() {
-                let Ok(line) = line else { break };
-                let mut l = log.lock().unwrap();
-                l.push_str(&line);
-                l.push('\n');
-            }
-        });
-    }
-    let end = Instant::now() + Duration::from_secs(60);
-    loop {
-        let port = ready_port(&log.lock().unwrap());
-        if let Some(port) = port {
-            return Started::Ready(WsgiServer { port, child, log });
-        }
-        if let Ok(Some(status)) = child.try_wait() {
-            std::thread::sleep(Duration::from_millis(200)); // let the readers drain
-            let text = log.lock().unwrap().clone();
-            return Started::Exited(status.code(), text);
-        }
-        if Instant::now() > end {
-            let text = log.lock().unwrap().clone();
-            let srv = WsgiServer {
-                port: 0,
-                child,
-                log,
-            };
-            drop(srv);
-            return Started::Exited(None, format!("no ready line within 60 s:\n{text}"));
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 impl WsgiServer {
     pub fn start(spec: &str, extra: &[&str]) -> WsgiServer {
-        match launch(spec, extra) {
-            Started::Ready(srv) => srv,
-            Started::Exited(code, log) => panic!("m0serve did not start (exit {code:?}):\n{log}"),
+        let server = support::Server::start_cmd(wsgi_command(spec, extra));
+        WsgiServer {
+            port: server.addr.port(),
+            server,
         }
     }
 
     /// Runs a server that must fail to start: its exit status and log.
     pub fn fail(spec: &str, extra: &[&str]) -> (Option<i32>, String) {
-        match launch(spec, extra) {
-            Started::Exited(code, log) => (code, log),
-            Started::Ready(srv) => (None, format!("it started:\n{}", srv.log())),
+        match support::Server::try_start(wsgi_command(spec, extra)) {
+            Err((log, status)) => (status.and_then(|s| s.code()), log),
+            Ok(server) => (None, format!("it started:\n{}", server.log())),
         }
     }
 
     /// The supervisor's pid.
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.server.pid() as u32
     }
 
     pub fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
+        self.server.log()
     }
 
     pub fn wait_log(&self, needle: &str, within: Duration) -> bool {
-        eventually(within, || self.log.lock().unwrap().contains(needle))
-    }
-}
-
-impl Drop for WsgiServer {
-    fn drop(&mut self) {
-        // SAFETY: the child leads its own process group (process_group(0));
-        // killing the group takes its workers too.
-        unsafe { libc::kill(-(self.child.id() as i32), libc::SIGKILL) };
-        let _ = self.child.wait();
+        self.server.wait_for_log(needle, within)
     }
 }
