@@ -5,38 +5,11 @@
 mod support;
 
 use std::mem::{offset_of, size_of};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use m0serve_abi as abi;
-use support::{Server, command, repo_root};
-
-fn scratch_dir(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn cc(args: &[&str], out: &Path) {
-    let status = Command::new("cc")
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-fvisibility=hidden", "-I"])
-        .arg(repo_root().join("include"))
-        .args(args)
-        .arg("-o")
-        .arg(out)
-        .status()
-        .expect("run cc");
-    assert!(status.success(), "cc {args:?} failed");
-}
-
-fn bad_plugin(name: &str, defines: &[&str]) -> PathBuf {
-    let out = scratch_dir("bad_plugins").join(format!("lib{name}.so"));
-    let src = repo_root().join("tests/c/bad_plugin.c");
-    let mut args = vec!["-shared", src.to_str().unwrap()];
-    args.extend_from_slice(defines);
-    cc(&args, &out);
-    out
-}
+use support::{Server, bad_plugin, cc, command, repo_root, scratch_dir};
 
 /// Run the server with a plugin and expect it to stop before serving.
 fn refused(plugin: &Path) -> (i32, String) {

@@ -47,6 +47,9 @@ M0_EXPORT int32_t m0_plugin_init(const M0Host *host, const M0InitArgs *args, con
                                  void **state, M0Error *error) {
     (void)host;
     (void)args;
+#ifdef CRASH_IN_INIT
+    abort();
+#endif
 #if defined(INIT_REFUSES) || defined(INIT_FAILS)
     const char *msg = "this plugin says no: set FOO to fix it";
     error->message_len = (uint32_t)strlen(msg);

@@ -421,3 +421,33 @@ pub fn status_of(bytes: &[u8]) -> u16 {
 pub fn get(addr: SocketAddr, path: &str) -> Response {
     Client::connect(addr).get(path)
 }
+
+/// A directory for this test binary's build products.
+pub fn scratch_dir(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Compile C with the flags the header promises to be clean under.
+pub fn cc(args: &[&str], out: &std::path::Path) {
+    let status = Command::new("cc")
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-fvisibility=hidden", "-I"])
+        .arg(repo_root().join("include"))
+        .args(args)
+        .arg("-o")
+        .arg(out)
+        .status()
+        .expect("run cc");
+    assert!(status.success(), "cc {args:?} failed");
+}
+
+/// `tests/c/bad_plugin.c` built with `defines` choosing its defect.
+pub fn bad_plugin(name: &str, defines: &[&str]) -> PathBuf {
+    let out = scratch_dir("bad_plugins").join(format!("lib{name}.so"));
+    let src = repo_root().join("tests/c/bad_plugin.c");
+    let mut args = vec!["-shared", src.to_str().unwrap()];
+    args.extend_from_slice(defines);
+    cc(&args, &out);
+    out
+}

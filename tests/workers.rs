@@ -1,0 +1,243 @@
+//! Worker processes under the supervisor: respawn, the rapid-crash rule,
+//! graceful stop, SIGHUP, spawn mode, and the one-listener rule.
+
+mod support;
+
+use std::collections::HashSet;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use support::{Client, Server, bad_plugin, command, plugin};
+
+fn hello_args(extra: &[&str]) -> Vec<String> {
+    let mut v = vec!["--plugin".to_string(), plugin("hello_c").display().to_string()];
+    v.extend(extra.iter().map(|s| s.to_string()));
+    v
+}
+
+fn start(extra: &[&str]) -> Server {
+    let args = hello_args(extra);
+    Server::start(&args.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+fn pid_of(c: &mut Client) -> i32 {
+    c.get("/pid").text().trim().parse().expect("a pid")
+}
+
+/// Keep-alive connections until one lands on each of `n` workers.
+fn one_connection_per_worker(s: &Server, n: usize) -> Vec<(i32, Client)> {
+    let mut found: Vec<(i32, Client)> = Vec::new();
+    for _ in 0..200 {
+        let mut c = Client::connect(s.addr);
+        let pid = pid_of(&mut c);
+        if !found.iter().any(|(p, _)| *p == pid) {
+            found.push((pid, c));
+        }
+        if found.len() == n {
+            return found;
+        }
+    }
+    panic!("200 connections reached only {} of {n} workers", found.len());
+}
+
+#[test]
+fn killed_worker_is_replaced_and_the_others_are_undisturbed() {
+    let s = start(&["--workers", "2"]);
+    let mut conns = one_connection_per_worker(&s, 2);
+    let (victim, _) = conns.remove(0);
+    let (survivor, mut survivor_conn) = conns.remove(0);
+    // SAFETY: killing a worker process of the server this test started.
+    unsafe { libc::kill(victim, libc::SIGKILL) };
+    assert!(s.wait_for_log(&format!("pid={victim} was killed by SIGKILL"), Duration::from_secs(10)), "{}", s.log());
+    // The other worker's keep-alive connection never noticed.
+    for _ in 0..20 {
+        assert_eq!(pid_of(&mut survivor_conn), survivor);
+    }
+    assert!(s.wait_for_log("worker 0 pid=", Duration::from_secs(10)));
+    // A replacement serves: new connections reach a pid that is neither.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut seen = HashSet::new();
+    while Instant::now() < deadline && seen.len() < 2 {
+        let pid = pid_of(&mut Client::connect(s.addr));
+        assert_ne!(pid, victim, "a dead worker answered");
+        seen.insert(pid);
+    }
+    assert!(seen.iter().any(|p| *p != survivor), "no replacement worker answered: {seen:?}\n{}", s.log());
+}
+
+#[test]
+fn crash_route_takes_down_one_worker_which_returns() {
+    let s = start(&["--workers", "2"]);
+    let out = support::raw_exchange(s.addr, b"GET /crash HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert!(out.is_empty(), "a crashed worker answered: {}", String::from_utf8_lossy(&out));
+    assert!(s.wait_for_log("was killed by SIGKILL", Duration::from_secs(10)), "{}", s.log());
+    assert!(s.wait_for_log("replacing it", Duration::from_secs(10)));
+    assert_eq!(support::get(s.addr, "/").status, 200);
+    assert_eq!(s.log_count(" started"), 3, "{}", s.log());
+}
+
+#[test]
+fn workers_that_all_die_at_start_stop_the_server_with_1() {
+    let p = bad_plugin("crash_in_init", &["-DCRASH_IN_INIT"]);
+    let mut cmd = command(&["--plugin", p.to_str().unwrap(), "--workers", "2"]);
+    let out = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("5 workers in a row died within 1s of starting (the last was killed by SIGABRT)"), "{err}");
+}
+
+#[test]
+fn sigterm_finishes_requests_in_flight_then_exits_0() {
+    let mut s = start(&["--workers", "1"]);
+    let addr = s.addr;
+    // A slow request in flight.
+    let slow = std::thread::spawn(move || support::get(addr, "/sleep?ms=1000"));
+    // A large upload half sent.
+    let body: Vec<u8> = (0..2_000_000u32).map(|i| (i % 253) as u8).collect();
+    let mut upload = TcpStream::connect(addr).unwrap();
+    upload.write_all(format!("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n", body.len()).as_bytes()).unwrap();
+    upload.write_all(&body[..1_000_000]).unwrap();
+    // An idle keep-alive connection, which the drain closes.
+    let mut idle = Client::connect(addr);
+    assert_eq!(idle.get("/").status, 200);
+    std::thread::sleep(Duration::from_millis(200));
+    s.signal(libc::SIGTERM);
+    std::thread::sleep(Duration::from_millis(200));
+    // New connections are no longer accepted by the worker... and the rest
+    // of the upload still arrives and is answered whole.
+    let reader = {
+        let mut stream = upload.try_clone().unwrap();
+        std::thread::spawn(move || {
+            let mut out = Vec::new();
+            stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            let _ = stream.read_to_end(&mut out);
+            out
+        })
+    };
+    upload.write_all(&body[1_000_000..]).unwrap();
+    let out = reader.join().unwrap();
+    let head_end = out.windows(4).position(|w| w == b"\r\n\r\n").expect("a response head") + 4;
+    let head = String::from_utf8_lossy(&out[..head_end]);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.contains("Connection: close"), "{head}");
+    assert_eq!(&out[head_end..], &body[..], "the upload's echo is not whole");
+    let slow = slow.join().unwrap();
+    assert_eq!((slow.status, slow.text().as_str()), (200, "slept\n"));
+    assert!(idle.is_closed(Duration::from_secs(5)));
+    let status = s.wait_exit(Duration::from_secs(20)).expect("the server exits");
+    assert_eq!(status.code(), Some(0), "{}", s.log());
+}
+
+#[test]
+fn sighup_replaces_workers_without_a_failed_request() {
+    let s = start(&["--workers", "2"]);
+    let before: HashSet<i32> = s.worker_pids().into_iter().collect();
+    let addr = s.addr;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load: Vec<_> = (0..2)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let (mut ok, mut failed) = (0u32, 0u32);
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline {
+                    // A new connection each time: refused connects would show.
+                    match TcpStream::connect(addr) {
+                        Ok(mut c) => {
+                            c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                            let _ = c.write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+                            let mut out = Vec::new();
+                            let _ = c.read_to_end(&mut out);
+                            if out.starts_with(b"HTTP/1.1 200") && out.ends_with(b"hello, world\n") {
+                                ok += 1;
+                            } else {
+                                failed += 1;
+                            }
+                        }
+                        Err(_) => failed += 1,
+                    }
+                }
+                (ok, failed)
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    s.signal(libc::SIGHUP);
+    assert!(s.wait_for_log("worker 1 replaced", Duration::from_secs(15)), "{}", s.log());
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (mut ok, mut failed) = (0, 0);
+    for h in load {
+        let (o, f) = h.join().unwrap();
+        ok += o;
+        failed += f;
+    }
+    assert_eq!(failed, 0, "{failed} failed of {}", ok + failed);
+    assert!(ok > 10, "the load loop barely ran: {ok}");
+    let after: HashSet<i32> = s.worker_pids().into_iter().collect();
+    assert!(before.is_disjoint(&after), "workers not replaced: {before:?} -> {after:?}");
+}
+
+#[test]
+fn spawn_mode_workers_are_exec_images_that_adopt_the_listener() {
+    let s = start(&["--workers", "2", "--spawn-workers"]);
+    let pids = s.worker_pids();
+    assert_eq!(pids.len(), 2);
+    let exe = std::fs::canonicalize(support::binary()).unwrap();
+    for pid in &pids {
+        assert_eq!(std::fs::read_link(format!("/proc/{pid}/exe")).unwrap(), exe);
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+        assert!(environ.split(|&b| b == 0).any(|kv| kv == b"M0_WORKER_SPAWNED=1"), "worker {pid} has no spawn marker");
+        // Only the adopted descriptors crossed exec: the listener (3), the
+        // ready pipe (4, closed after use), nothing stray.
+        let fds: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect();
+        assert!(fds.contains(&3), "worker {pid} fds: {fds:?}");
+    }
+    assert!(s.log().contains("spawn mode (--spawn-workers)"), "{}", s.log());
+    let mut seen = HashSet::new();
+    for _ in 0..100 {
+        seen.insert(pid_of(&mut Client::connect(s.addr)));
+        if seen.len() == 2 {
+            break;
+        }
+    }
+    assert!(seen.iter().all(|p| pids.contains(p)), "{seen:?} vs {pids:?}");
+}
+
+#[test]
+fn exec_failure_in_spawn_mode_is_reported_with_78() {
+    let args = hello_args(&["--spawn-workers"]);
+    let mut cmd = command(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    cmd.env("M0_SPAWN_EXE", "/nonexistent/m0serve");
+    let out = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{err}");
+    assert!(err.contains("exec of /nonexistent/m0serve failed"), "{err}");
+}
+
+#[test]
+fn a_second_server_on_the_same_port_exits_1_naming_the_port() {
+    let s = start(&[]);
+    let port = s.addr.port().to_string();
+    let args = hello_args(&[]);
+    let mut cmd = std::process::Command::new(support::binary());
+    cmd.args(&args).args(["--host", "127.0.0.1", "--port", &port]);
+    let out = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains(&format!("port {port}")) && err.contains("--port"), "{err}");
+    assert_eq!(support::get(s.addr, "/").status, 200);
+}
+
+#[test]
+fn startup_output_names_the_supervisor_each_worker_and_the_ready_banner() {
+    let s = start(&["--workers", "3"]);
+    let log = s.log();
+    assert!(log.contains(&format!("m0serve[{}] supervisor: pid={} starting 3 worker(s) in fork mode", s.pid(), s.pid())), "{log}");
+    assert_eq!(s.worker_pids().len(), 3);
+    assert!(log.contains("with plugin hello_c (3 worker(s), fork mode)"), "{log}");
+}
