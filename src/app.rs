@@ -35,7 +35,11 @@ pub fn main() -> i32 {
     }
     let mut findings = checks::run(&cfg);
     for warning in findings.checks.iter().filter(|c| c.warning) {
-        crate::log::warn(format_args!("{}; {}", warning.detail, warning.fix.as_deref().unwrap_or("")));
+        crate::log::warn(format_args!(
+            "{}; {}",
+            warning.detail,
+            warning.fix.as_deref().unwrap_or("")
+        ));
     }
     if let Some(failed) = findings.failure() {
         return refuse(failed);
@@ -81,7 +85,10 @@ fn run_spawned_worker(cfg: &Config, index: u32) -> ! {
     };
     let (listener_fd, ready_fd) = supervisor::adopt_spawned_fds().unwrap_or_else(|e| fail(e));
     let Some(plugin_path) = std::env::var_os(supervisor::ENV_PLUGIN_FILE) else {
-        fail(format!("spawned worker started without {}", supervisor::ENV_PLUGIN_FILE))
+        fail(format!(
+            "spawned worker started without {}",
+            supervisor::ENV_PLUGIN_FILE
+        ))
     };
     worker::run(
         cfg,

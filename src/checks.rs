@@ -30,13 +30,39 @@ pub struct Check {
 
 impl Check {
     fn pass(name: &'static str, detail: impl Into<String>) -> Check {
-        Check { name, ok: true, detail: detail.into(), fix: None, exit: None, warning: false }
+        Check {
+            name,
+            ok: true,
+            detail: detail.into(),
+            fix: None,
+            exit: None,
+            warning: false,
+        }
     }
-    fn fail(name: &'static str, exit: i32, detail: impl Into<String>, fix: impl Into<String>) -> Check {
-        Check { name, ok: false, detail: detail.into(), fix: Some(fix.into()), exit: Some(exit), warning: false }
+    fn fail(
+        name: &'static str,
+        exit: i32,
+        detail: impl Into<String>,
+        fix: impl Into<String>,
+    ) -> Check {
+        Check {
+            name,
+            ok: false,
+            detail: detail.into(),
+            fix: Some(fix.into()),
+            exit: Some(exit),
+            warning: false,
+        }
     }
     fn warn(name: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Check {
-        Check { name, ok: true, detail: detail.into(), fix: Some(fix.into()), exit: None, warning: true }
+        Check {
+            name,
+            ok: true,
+            detail: detail.into(),
+            fix: Some(fix.into()),
+            exit: None,
+            warning: true,
+        }
     }
 }
 
@@ -73,7 +99,10 @@ impl Findings {
 /// caller: the server binds for real, the doctor binds and releases.
 pub fn run(cfg: &Config) -> Findings {
     let cli = &cfg.cli;
-    let mut f = Findings { usable_cpus: crate::topology::usable_cpus(), ..Findings::default() };
+    let mut f = Findings {
+        usable_cpus: crate::topology::usable_cpus(),
+        ..Findings::default()
+    };
 
     let ip = match crate::listener::parse_host(&cli.host) {
         Ok(ip) => ip,
@@ -83,7 +112,13 @@ pub fn run(cfg: &Config) -> Findings {
         }
     };
     f.addr = Some(SocketAddr::new(ip, cli.port));
-    f.push(Check::pass("host", format!("listen on {}", crate::supervisor::fmt_addr(SocketAddr::new(ip, cli.port)))));
+    f.push(Check::pass(
+        "host",
+        format!(
+            "listen on {}",
+            crate::supervisor::fmt_addr(SocketAddr::new(ip, cli.port))
+        ),
+    ));
 
     if !cli.app_dir.is_dir() {
         f.push(Check::fail(
@@ -102,7 +137,10 @@ pub fn run(cfg: &Config) -> Findings {
         f.push(Check::fail(
             "venv",
             1,
-            format!("--venv {} is not a virtual environment (no bin/)", venv.display()),
+            format!(
+                "--venv {} is not a virtual environment (no bin/)",
+                venv.display()
+            ),
             "create it with python3 -m venv, or drop --venv",
         ));
         return f;
@@ -121,34 +159,66 @@ pub fn run(cfg: &Config) -> Findings {
     let path = match path.map(Ok).unwrap_or_else(|| resolve(spec)) {
         Ok(p) => p,
         Err(e) => {
-            let fix = if e.exit_code == 2 { "name a plugin with --plugin" } else { "build the plugin or fix the path" };
+            let fix = if e.exit_code == 2 {
+                "name a plugin with --plugin"
+            } else {
+                "build the plugin or fix the path"
+            };
             f.push(Check::fail("plugin", e.exit_code, e.message, fix));
             return f;
         }
     };
-    f.push(Check::pass("plugin", format!("{spec} resolves to {}", path.display())));
+    f.push(Check::pass(
+        "plugin",
+        format!("{spec} resolves to {}", path.display()),
+    ));
     f.plugin_path = Some(path.clone());
 
     let descriptor = match probe::probe(&path, PROBE_TIMEOUT) {
         Ok(d) => d,
         Err(e) => {
-            f.push(Check::fail("plugin-abi", e.exit_code, e.message, "rebuild the plugin against include/m0serve.h"));
+            f.push(Check::fail(
+                "plugin-abi",
+                e.exit_code,
+                e.message,
+                "rebuild the plugin against include/m0serve.h",
+            ));
             return f;
         }
     };
     f.push(Check::pass(
         "plugin-abi",
-        format!("{} {} speaks ABI {}.{}", descriptor.name, descriptor.version, descriptor.abi_major, descriptor.abi_minor),
+        format!(
+            "{} {} speaks ABI {}.{}",
+            descriptor.name, descriptor.version, descriptor.abi_major, descriptor.abi_minor
+        ),
     ));
 
     let mode = if cli.spawn_workers {
         (Mode::Spawn, "--spawn-workers".to_string())
     } else if descriptor.needs_exec {
-        (Mode::Spawn, format!("plugin {} must start in a freshly exec'd process", descriptor.name))
+        (
+            Mode::Spawn,
+            format!(
+                "plugin {} must start in a freshly exec'd process",
+                descriptor.name
+            ),
+        )
     } else {
         (Mode::Fork, "default".to_string())
     };
-    f.push(Check::pass("worker-mode", format!("{} ({})", if mode.0 == Mode::Spawn { "spawn" } else { "fork" }, mode.1)));
+    f.push(Check::pass(
+        "worker-mode",
+        format!(
+            "{} ({})",
+            if mode.0 == Mode::Spawn {
+                "spawn"
+            } else {
+                "fork"
+            },
+            mode.1
+        ),
+    ));
     f.mode = Some(mode);
 
     let plan = sizing::plan(&descriptor, cli.blocking_threads, f.usable_cpus);
@@ -183,10 +253,18 @@ pub fn run(cfg: &Config) -> Findings {
 pub fn record_bind(f: &mut Findings, result: Result<SocketAddr, (i32, String)>) {
     match result {
         Ok(addr) => {
-            f.push(Check::pass("port", format!("{} is free", crate::supervisor::fmt_addr(addr))));
+            f.push(Check::pass(
+                "port",
+                format!("{} is free", crate::supervisor::fmt_addr(addr)),
+            ));
         }
         Err((code, message)) => {
-            f.push(Check::fail("port", code, message, "stop the other process or pick another port with --port"));
+            f.push(Check::fail(
+                "port",
+                code,
+                message,
+                "stop the other process or pick another port with --port",
+            ));
         }
     }
 }

@@ -127,14 +127,20 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         Some(b'g' | b'G') => (&t[..t.len() - 1], 1u64 << 30),
         _ => (t, 1),
     };
-    let n: u64 = digits.parse().map_err(|_| format!("expected a size like 4096, 16k, 4m or 1g, got {s:?}"))?;
-    n.checked_mul(mult).ok_or_else(|| format!("size {s:?} is too large"))
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("expected a size like 4096, 16k, 4m or 1g, got {s:?}"))?;
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("size {s:?} is too large"))
 }
 
 /// Seconds, fractions allowed (`0.5`); 0 is allowed and means "no limit"
 /// for the idle and body timeouts.
 fn parse_seconds(s: &str) -> Result<Duration, String> {
-    let v: f64 = s.trim().parse().map_err(|_| format!("expected seconds like 30 or 0.5, got {s:?}"))?;
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("expected seconds like 30 or 0.5, got {s:?}"))?;
     if !v.is_finite() || !(0.0..=86_400.0 * 365.0).contains(&v) {
         return Err(format!("expected seconds between 0 and a year, got {s:?}"));
     }

@@ -36,7 +36,10 @@ pub fn run(cfg: &Config) -> i32 {
 fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
     let cli = &cfg.cli;
     let mut j = Json::new();
-    j.begin_object(None).str("m0serve", env!("CARGO_PKG_VERSION")).bool("ok", exit == 0).num("exit", exit);
+    j.begin_object(None)
+        .str("m0serve", env!("CARGO_PKG_VERSION"))
+        .bool("ok", exit == 0)
+        .num("exit", exit);
 
     j.begin_object(Some("build"))
         .str("version", env!("CARGO_PKG_VERSION"))
@@ -47,8 +50,15 @@ fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
         .str("header_fingerprint", &header_fingerprint())
         .end_object();
 
-    j.begin_object(Some("plugin")).opt_str("requested", cli.plugin.as_deref());
-    j.opt_str("file", f.plugin_path.as_ref().map(|p| p.display().to_string()).as_deref());
+    j.begin_object(Some("plugin"))
+        .opt_str("requested", cli.plugin.as_deref());
+    j.opt_str(
+        "file",
+        f.plugin_path
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .as_deref(),
+    );
     j.begin_array("searched");
     for dir in crate::plugin::loader::search_dirs() {
         j.item_str(&dir.display().to_string());
@@ -80,14 +90,25 @@ fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
         Some(q) => j.num("cgroup_quota_cpus", q),
         None => j.null("cgroup_quota_cpus"),
     };
-    j.num("usable_cpus", f.usable_cpus).num("workers", cli.workers);
+    j.num("usable_cpus", f.usable_cpus)
+        .num("workers", cli.workers);
     match &f.mode {
-        Some((mode, why)) => {
-            j.str("worker_mode", if *mode == Mode::Spawn { "spawn" } else { "fork" }).str("worker_mode_reason", why)
-        }
+        Some((mode, why)) => j
+            .str(
+                "worker_mode",
+                if *mode == Mode::Spawn {
+                    "spawn"
+                } else {
+                    "fork"
+                },
+            )
+            .str("worker_mode_reason", why),
         None => j.null("worker_mode"),
     };
-    j.bool("accept_sharing", cli.workers > 1 && accept_sharing_enabled());
+    j.bool(
+        "accept_sharing",
+        cli.workers > 1 && accept_sharing_enabled(),
+    );
     j.begin_object(Some("handler_threads"));
     match &f.pool {
         Some(p) => {
@@ -98,7 +119,14 @@ fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
                 .str("reason", &p.reason);
         }
         None => {
-            j.str("source", if cli.blocking_threads.is_some() { "configured" } else { "adaptive" });
+            j.str(
+                "source",
+                if cli.blocking_threads.is_some() {
+                    "configured"
+                } else {
+                    "adaptive"
+                },
+            );
             match cli.blocking_threads {
                 Some(n) => j.num("initial", n),
                 None => j.null("initial"),
@@ -111,7 +139,13 @@ fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
         .str("host", &cli.host)
         .num("port", cli.port)
         .str("app_dir", &cli.app_dir.display().to_string())
-        .opt_str("venv", cli.venv.as_ref().map(|p| p.display().to_string()).as_deref())
+        .opt_str(
+            "venv",
+            cli.venv
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .as_deref(),
+        )
         .num("max_body", cli.max_body)
         .num("max_header_bytes", cli.max_header_bytes)
         .num("max_headers", cli.max_headers)
@@ -127,7 +161,10 @@ fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
 
     j.begin_array("checks");
     for c in &f.checks {
-        j.begin_object(None).str("name", c.name).bool("ok", c.ok).str("detail", &c.detail);
+        j.begin_object(None)
+            .str("name", c.name)
+            .bool("ok", c.ok)
+            .str("detail", &c.detail);
         if c.warning {
             j.bool("warning", true);
         }
@@ -145,5 +182,7 @@ fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
 
 /// `M0_ACCEPT_SHARE=0` turns accept sharing off (for measurement).
 pub fn accept_sharing_enabled() -> bool {
-    std::env::var("M0_ACCEPT_SHARE").map(|v| v != "0").unwrap_or(true)
+    std::env::var("M0_ACCEPT_SHARE")
+        .map(|v| v != "0")
+        .unwrap_or(true)
 }

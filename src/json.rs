@@ -125,8 +125,20 @@ mod tests {
     #[test]
     fn nested_with_escapes() {
         let mut j = Json::new();
-        j.begin_object(None).str("a", "x\"y\n").num("b", 2).begin_array("c").item_str("z").end_array();
-        j.begin_object(Some("d")).bool("e", true).null("f").end_object().end_object();
-        assert_eq!(j.finish(), r#"{"a":"x\"y\n","b":2,"c":["z"],"d":{"e":true,"f":null}}"#);
+        j.begin_object(None)
+            .str("a", "x\"y\n")
+            .num("b", 2)
+            .begin_array("c")
+            .item_str("z")
+            .end_array();
+        j.begin_object(Some("d"))
+            .bool("e", true)
+            .null("f")
+            .end_object()
+            .end_object();
+        assert_eq!(
+            j.finish(),
+            r#"{"a":"x\"y\n","b":2,"c":["z"],"d":{"e":true,"f":null}}"#
+        );
     }
 }

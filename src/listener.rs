@@ -7,7 +7,9 @@
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd};
 
-use nix::sys::socket::{self, AddressFamily, Backlog, SockFlag, SockType, SockaddrStorage, sockopt};
+use nix::sys::socket::{
+    self, AddressFamily, Backlog, SockFlag, SockType, SockaddrStorage, sockopt,
+};
 
 /// Parse `--host`: an IP address, `localhost`, or `[v6]`. No DNS.
 pub fn parse_host(host: &str) -> Result<IpAddr, String> {
@@ -15,9 +17,11 @@ pub fn parse_host(host: &str) -> Result<IpAddr, String> {
     if trimmed.eq_ignore_ascii_case("localhost") {
         return Ok(IpAddr::from([127, 0, 0, 1]));
     }
-    trimmed
-        .parse()
-        .map_err(|_| format!("--host {host:?} is not an IP address; use e.g. 127.0.0.1, 0.0.0.0, ::1 or localhost"))
+    trimmed.parse().map_err(|_| {
+        format!(
+            "--host {host:?} is not an IP address; use e.g. 127.0.0.1, 0.0.0.0, ::1 or localhost"
+        )
+    })
 }
 
 pub struct BindError {
@@ -27,11 +31,19 @@ pub struct BindError {
 
 /// Bind and listen. Errors name the problem and the flag that fixes it.
 pub fn bind(addr: SocketAddr, backlog: u32) -> Result<OwnedFd, BindError> {
-    let family = if addr.is_ipv4() { AddressFamily::Inet } else { AddressFamily::Inet6 };
-    let fail = |message: String| BindError { exit_code: 1, message };
+    let family = if addr.is_ipv4() {
+        AddressFamily::Inet
+    } else {
+        AddressFamily::Inet6
+    };
+    let fail = |message: String| BindError {
+        exit_code: 1,
+        message,
+    };
     let fd = socket::socket(family, SockType::Stream, SockFlag::SOCK_CLOEXEC, None)
         .map_err(|e| fail(format!("cannot create a socket: {e}")))?;
-    socket::setsockopt(&fd, sockopt::ReuseAddr, &true).map_err(|e| fail(format!("SO_REUSEADDR: {e}")))?;
+    socket::setsockopt(&fd, sockopt::ReuseAddr, &true)
+        .map_err(|e| fail(format!("SO_REUSEADDR: {e}")))?;
     socket::bind(fd.as_raw_fd(), &SockaddrStorage::from(addr)).map_err(|e| match e {
         nix::errno::Errno::EADDRINUSE => fail(format!(
             "port {} on {} is in use by another process; stop it or pick another port with --port",
@@ -59,7 +71,8 @@ pub fn local_addr(fd: &OwnedFd) -> Option<SocketAddr> {
     if let Some(v4) = ss.as_sockaddr_in() {
         return Some(SocketAddr::from((v4.ip(), v4.port())));
     }
-    ss.as_sockaddr_in6().map(|v6| SocketAddr::from((v6.ip(), v6.port())))
+    ss.as_sockaddr_in6()
+        .map(|v6| SocketAddr::from((v6.ip(), v6.port())))
 }
 
 #[cfg(test)]
@@ -79,6 +92,10 @@ mod tests {
         let addr = local_addr(&first).unwrap();
         let err = bind(addr, 16).err().unwrap();
         assert_eq!(err.exit_code, 1);
-        assert!(err.message.contains("in use") && err.message.contains("--port"), "{}", err.message);
+        assert!(
+            err.message.contains("in use") && err.message.contains("--port"),
+            "{}",
+            err.message
+        );
     }
 }

@@ -18,7 +18,11 @@ fn line(level: &str, args: Arguments<'_>) {
     use std::fmt::Write as _;
     {
         let role = ROLE.lock().unwrap_or_else(|e| e.into_inner());
-        let role = if role.is_empty() { "m0serve" } else { role.as_str() };
+        let role = if role.is_empty() {
+            "m0serve"
+        } else {
+            role.as_str()
+        };
         let _ = write!(text, "m0serve[{}] {role}: ", std::process::id());
     }
     if !level.is_empty() {

@@ -41,12 +41,19 @@ impl SignalPipe {
     pub fn install(signals: &[Signal]) -> io::Result<SignalPipe> {
         let (read, write) = nix::unistd::pipe2(OFlag::O_NONBLOCK | OFlag::O_CLOEXEC)?;
         PIPE_WRITE.store(write.as_raw_fd(), Ordering::SeqCst);
-        let action = SigAction::new(SigHandler::Handler(on_signal), SaFlags::SA_RESTART, SigSet::empty());
+        let action = SigAction::new(
+            SigHandler::Handler(on_signal),
+            SaFlags::SA_RESTART,
+            SigSet::empty(),
+        );
         for &signal in signals {
             // SAFETY: the handler only calls async-signal-safe write(2).
             unsafe { sigaction(signal, &action) }?;
         }
-        Ok(SignalPipe { read, _write: write })
+        Ok(SignalPipe {
+            read,
+            _write: write,
+        })
     }
 
     pub fn read_fd(&self) -> RawFd {

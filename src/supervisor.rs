@@ -121,7 +121,13 @@ pub fn run(cfg: &Config, plan: &Plan, listener: OwnedFd) -> i32 {
         ready_read,
         ready_write,
         signals,
-        slots: (0..plan.workers).map(|_| Slot { pid: None, started: now, ready: false }).collect(),
+        slots: (0..plan.workers)
+            .map(|_| Slot {
+                pid: None,
+                started: now,
+                ready: false,
+            })
+            .collect(),
         retiring: Vec::new(),
         stopping: None,
         announced: false,
@@ -149,7 +155,11 @@ impl Supervisor<'_> {
         match started {
             Ok(pid) => {
                 crate::log::info(format_args!("worker {index} pid={pid} started"));
-                self.slots[index] = Slot { pid: Some(pid), started: Instant::now(), ready: false };
+                self.slots[index] = Slot {
+                    pid: Some(pid),
+                    started: Instant::now(),
+                    ready: false,
+                };
                 Some(pid)
             }
             Err((code, message)) => {
@@ -186,13 +196,19 @@ impl Supervisor<'_> {
             .map(PathBuf::from)
             .or_else(|| std::env::current_exe().ok())
             .ok_or((1, "cannot find this binary to exec".to_string()))?;
-        let c_exe = CString::new(exe.as_os_str().as_bytes()).map_err(|_| (1, "binary path has a NUL".to_string()))?;
-        let argv: Vec<CString> =
-            std::env::args_os().filter_map(|a| CString::new(a.as_bytes()).ok()).collect();
+        let c_exe = CString::new(exe.as_os_str().as_bytes())
+            .map_err(|_| (1, "binary path has a NUL".to_string()))?;
+        let argv: Vec<CString> = std::env::args_os()
+            .filter_map(|a| CString::new(a.as_bytes()).ok())
+            .collect();
         let mut envp: Vec<CString> = std::env::vars_os()
-            .filter(|(k, _)| ![ENV_WORKER_INDEX, ENV_WORKER_SPAWNED, ENV_PLUGIN_FILE].iter().any(|n| k == *n))
+            .filter(|(k, _)| {
+                ![ENV_WORKER_INDEX, ENV_WORKER_SPAWNED, ENV_PLUGIN_FILE]
+                    .iter()
+                    .any(|n| k == *n)
+            })
             .filter_map(|(k, v)| {
-                let mut kv = OsString::from(k);
+                let mut kv = k;
                 kv.push("=");
                 kv.push(v);
                 CString::new(kv.as_bytes()).ok()
@@ -203,10 +219,16 @@ impl Supervisor<'_> {
         let mut plugin_kv = OsString::from(format!("{ENV_PLUGIN_FILE}="));
         plugin_kv.push(self.plan.plugin_path.as_os_str());
         envp.extend(CString::new(plugin_kv.as_bytes()).ok());
-        let argv_ptrs: Vec<*const libc::c_char> =
-            argv.iter().map(|a| a.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
-        let envp_ptrs: Vec<*const libc::c_char> =
-            envp.iter().map(|e| e.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
+        let argv_ptrs: Vec<*const libc::c_char> = argv
+            .iter()
+            .map(|a| a.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect();
+        let envp_ptrs: Vec<*const libc::c_char> = envp
+            .iter()
+            .map(|e| e.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect();
         // High copies, so the child's dup2 onto 3 and 4 cannot clobber a
         // source that happens to be 3 or 4.
         let high = |fd: &OwnedFd| {
@@ -219,8 +241,8 @@ impl Supervisor<'_> {
         };
         let listen_high = high(&self.listener)?;
         let ready_high = high(&self.ready_write)?;
-        let (err_read, err_write) =
-            nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| (1, format!("cannot create a pipe: {e}")))?;
+        let (err_read, err_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)
+            .map_err(|e| (1, format!("cannot create a pipe: {e}")))?;
         let err_write_fd = err_write.as_raw_fd();
         // SAFETY: between fork and exec the child calls only async-signal-safe
         // functions (sigaction, dup2, syscall, execve, write, _exit) on data
@@ -235,7 +257,12 @@ impl Supervisor<'_> {
                     libc::dup2(ready_high.as_raw_fd(), SPAWN_READY_FD);
                     // Everything above the adopted descriptors closes at exec,
                     // the error pipe included (its EOF means exec worked).
-                    libc::syscall(libc::SYS_close_range, 5u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC);
+                    libc::syscall(
+                        libc::SYS_close_range,
+                        5u32,
+                        u32::MAX,
+                        libc::CLOSE_RANGE_CLOEXEC,
+                    );
                     libc::execve(c_exe.as_ptr(), argv_ptrs.as_ptr(), envp_ptrs.as_ptr());
                     let errno = *libc::__errno_location();
                     let bytes = errno.to_le_bytes();
@@ -257,7 +284,10 @@ impl Supervisor<'_> {
                 if n == 4 {
                     let _ = waitpid(child, None);
                     let errno = nix::errno::Errno::from_raw(i32::from_le_bytes(bytes));
-                    return Err((EXIT_REFUSED, format!("exec of {} failed: {errno}", exe.display())));
+                    return Err((
+                        EXIT_REFUSED,
+                        format!("exec of {} failed: {errno}", exe.display()),
+                    ));
                 }
                 Ok(child)
             }
@@ -282,8 +312,16 @@ impl Supervisor<'_> {
             let sig_fd = self.signals.read_fd();
             let ready_fd = self.ready_read.as_raw_fd();
             // SAFETY: both descriptors are owned by self and stay open.
-            let (a, b) = unsafe { (BorrowedFd::borrow_raw(sig_fd), BorrowedFd::borrow_raw(ready_fd)) };
-            let mut fds = [PollFd::new(a, PollFlags::POLLIN), PollFd::new(b, PollFlags::POLLIN)];
+            let (a, b) = unsafe {
+                (
+                    BorrowedFd::borrow_raw(sig_fd),
+                    BorrowedFd::borrow_raw(ready_fd),
+                )
+            };
+            let mut fds = [
+                PollFd::new(a, PollFlags::POLLIN),
+                PollFd::new(b, PollFlags::POLLIN),
+            ];
             let _ = poll(&mut fds, PollTimeout::from(200u16));
             for signo in self.signals.drain() {
                 self.on_signal(signo);
@@ -295,10 +333,14 @@ impl Supervisor<'_> {
         match Signal::try_from(signo) {
             Ok(Signal::SIGTERM | Signal::SIGINT | Signal::SIGQUIT) => {
                 if self.stopping.is_some() {
-                    crate::log::info(format_args!("second stop signal: stopping the workers at once"));
+                    crate::log::info(format_args!(
+                        "second stop signal: stopping the workers at once"
+                    ));
                     self.signal_all(Signal::SIGTERM);
                 } else {
-                    crate::log::info(format_args!("stopping: workers finish the requests in flight"));
+                    crate::log::info(format_args!(
+                        "stopping: workers finish the requests in flight"
+                    ));
                     self.begin_stop(0);
                 }
             }
@@ -318,13 +360,19 @@ impl Supervisor<'_> {
         if self.stopping.is_some() {
             return;
         }
-        self.stopping = Some(Instant::now() + self.cfg.cli.graceful_timeout + Duration::from_secs(2));
+        self.stopping =
+            Some(Instant::now() + self.cfg.cli.graceful_timeout + Duration::from_secs(2));
         self.reload_queue.clear();
         self.signal_all(Signal::SIGTERM);
     }
 
     fn signal_all(&self, signal: Signal) {
-        for pid in self.slots.iter().filter_map(|s| s.pid).chain(self.retiring.iter().copied()) {
+        for pid in self
+            .slots
+            .iter()
+            .filter_map(|s| s.pid)
+            .chain(self.retiring.iter().copied())
+        {
             let _ = kill(pid, signal);
         }
     }
@@ -360,7 +408,8 @@ impl Supervisor<'_> {
             match nix::unistd::read(&self.ready_read, &mut buf) {
                 Ok(n) if n >= 4 => {
                     for word in buf[..n - n % 4].chunks(4) {
-                        let index = u32::from_le_bytes([word[0], word[1], word[2], word[3]]) as usize;
+                        let index =
+                            u32::from_le_bytes([word[0], word[1], word[2], word[3]]) as usize;
                         if let Some(slot) = self.slots.get_mut(index) {
                             slot.ready = true;
                         }
@@ -376,7 +425,11 @@ impl Supervisor<'_> {
         if !self.announced && self.stopping.is_none() && self.slots.iter().all(|s| s.ready) {
             self.announced = true;
             let p = self.plan;
-            let mode = if p.mode == Mode::Spawn { "spawn" } else { "fork" };
+            let mode = if p.mode == Mode::Spawn {
+                "spawn"
+            } else {
+                "fork"
+            };
             crate::log::info(format_args!(
                 "ready: serving http://{} with plugin {} ({} worker(s), {mode} mode)",
                 fmt_addr(p.addr),
@@ -390,7 +443,9 @@ impl Supervisor<'_> {
         if self.reload_waiting.is_some() || self.stopping.is_some() {
             return;
         }
-        let Some(index) = self.reload_queue.pop() else { return };
+        let Some(index) = self.reload_queue.pop() else {
+            return;
+        };
         let Some(old) = self.slots[index].pid else {
             self.start_worker(index);
             return self.next_reload();
@@ -405,7 +460,9 @@ impl Supervisor<'_> {
     /// The replacement for a slot is serving: drain the old worker.
     fn finish_reload_step(&mut self) {
         if let Some((index, old)) = self.reload_waiting.take() {
-            crate::log::info(format_args!("worker {index} replaced; old pid={old} drains"));
+            crate::log::info(format_args!(
+                "worker {index} replaced; old pid={old} drains"
+            ));
             let _ = kill(old, Signal::SIGTERM);
             self.next_reload();
         }
@@ -427,12 +484,20 @@ impl Supervisor<'_> {
                 continue;
             }
             // As PID 1 we also reap orphans that are not our workers.
-            let Some(index) = self.slots.iter().position(|s| s.pid == Some(pid)) else { continue };
+            let Some(index) = self.slots.iter().position(|s| s.pid == Some(pid)) else {
+                continue;
+            };
             self.on_worker_exit(index, pid, code, signal);
         }
     }
 
-    fn on_worker_exit(&mut self, index: usize, pid: Pid, code: Option<i32>, signal: Option<Signal>) {
+    fn on_worker_exit(
+        &mut self,
+        index: usize,
+        pid: Pid,
+        code: Option<i32>,
+        signal: Option<Signal>,
+    ) {
         let lived = self.slots[index].started.elapsed();
         self.slots[index].pid = None;
         self.slots[index].ready = false;
@@ -447,7 +512,11 @@ impl Supervisor<'_> {
                 && let Some(pos) = self.retiring.iter().position(|&p| p == old)
             {
                 self.retiring.swap_remove(pos);
-                self.slots[index] = Slot { pid: Some(old), started: Instant::now(), ready: true };
+                self.slots[index] = Slot {
+                    pid: Some(old),
+                    started: Instant::now(),
+                    ready: true,
+                };
                 crate::log::error(format_args!(
                     "new worker {index} pid={pid} {how} before it was ready; keeping the old one"
                 ));
@@ -457,7 +526,9 @@ impl Supervisor<'_> {
         }
         if self.stopping.is_some() {
             if code != Some(0) {
-                crate::log::warn(format_args!("worker {index} pid={pid} {how} while stopping"));
+                crate::log::warn(format_args!(
+                    "worker {index} pid={pid} {how} while stopping"
+                ));
                 if self.exit_code == 0 {
                     self.exit_code = 1;
                 }
@@ -471,10 +542,17 @@ impl Supervisor<'_> {
             self.begin_stop(EXIT_REFUSED);
             return;
         }
-        crate::log::warn(format_args!("worker {index} pid={pid} {how} after {:.2}s; replacing it", lived.as_secs_f64()));
+        crate::log::warn(format_args!(
+            "worker {index} pid={pid} {how} after {:.2}s; replacing it",
+            lived.as_secs_f64()
+        ));
         if code != Some(0) {
             self.respawns += 1;
-            self.rapid_deaths = if lived < RAPID { self.rapid_deaths + 1 } else { 0 };
+            self.rapid_deaths = if lived < RAPID {
+                self.rapid_deaths + 1
+            } else {
+                0
+            };
             if self.rapid_deaths >= RAPID_LIMIT {
                 crate::log::error(format_args!(
                     "{RAPID_LIMIT} workers in a row died within {}s of starting (the last {how}); giving up",

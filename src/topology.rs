@@ -3,7 +3,10 @@
 
 /// CPUs online.
 pub fn online_cpus() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).max(online_sysconf())
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .max(online_sysconf())
 }
 
 fn online_sysconf() -> usize {
@@ -15,7 +18,10 @@ fn online_sysconf() -> usize {
 /// CPUs in this process's affinity mask.
 pub fn affinity_cpus() -> usize {
     match nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)) {
-        Ok(set) => (0..nix::sched::CpuSet::count()).filter(|&i| set.is_set(i).unwrap_or(false)).count().max(1),
+        Ok(set) => (0..nix::sched::CpuSet::count())
+            .filter(|&i| set.is_set(i).unwrap_or(false))
+            .count()
+            .max(1),
         Err(_) => online_sysconf(),
     }
 }

@@ -22,7 +22,12 @@ fn get_answers_with_date_and_server_headers() {
     assert_eq!(r.status, 200);
     assert_eq!(r.body, b"hello, world\n");
     assert_eq!(r.header("server"), Some("m0serve"));
-    assert!(r.header("date").is_some_and(|d| d.ends_with(" GMT") && d.len() == 29), "{:?}", r.header("date"));
+    assert!(
+        r.header("date")
+            .is_some_and(|d| d.ends_with(" GMT") && d.len() == 29),
+        "{:?}",
+        r.header("date")
+    );
     assert_eq!(r.header("content-length"), Some("13"));
 }
 
@@ -46,7 +51,9 @@ fn pipelined_requests_are_answered_in_order() {
         b"GET /sleep?ms=200 HTTP/1.1\r\nHost: t\r\n\r\nGET /status/201 HTTP/1.1\r\nHost: t\r\n\r\n\
           POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabcGET /status/202 HTTP/1.1\r\nHost: t\r\n\r\n",
     );
-    let statuses: Vec<u16> = (0..4).map(|_| c.read_response(false).unwrap().status).collect();
+    let statuses: Vec<u16> = (0..4)
+        .map(|_| c.read_response(false).unwrap().status)
+        .collect();
     assert_eq!(statuses, [200, 201, 200, 202]);
 }
 
@@ -125,7 +132,11 @@ fn oversized_body_is_refused_before_it_is_sent() {
 fn http10_closes_unless_keep_alive_is_asked() {
     let s = hello(&[]);
     let out = raw_exchange(s.addr, b"GET / HTTP/1.0\r\n\r\n");
-    assert!(out.starts_with(b"HTTP/1.0 200 OK\r\n"), "{}", String::from_utf8_lossy(&out));
+    assert!(
+        out.starts_with(b"HTTP/1.0 200 OK\r\n"),
+        "{}",
+        String::from_utf8_lossy(&out)
+    );
     assert!(out.ends_with(b"hello, world\n"));
 
     let mut c = Client::connect(s.addr);
@@ -136,9 +147,15 @@ fn http10_closes_unless_keep_alive_is_asked() {
     assert_eq!(c.read_response(false).unwrap().status, 200);
 
     // A streamed body on 1.0 is delimited by close.
-    let out = raw_exchange(s.addr, b"GET /stream HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+    let out = raw_exchange(
+        s.addr,
+        b"GET /stream HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+    );
     let text = String::from_utf8_lossy(&out);
-    assert!(!text.contains("Transfer-Encoding") && text.ends_with("chunk 4\n"), "{text}");
+    assert!(
+        !text.contains("Transfer-Encoding") && text.ends_with("chunk 4\n"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -172,7 +189,13 @@ fn bad_requests_get_a_precise_status_and_the_connection_closes() {
     ];
     for (bytes, want) in cases {
         let out = raw_exchange(s.addr, bytes);
-        assert_eq!(status_of(&out), *want, "for {:?}: {}", String::from_utf8_lossy(bytes), String::from_utf8_lossy(&out));
+        assert_eq!(
+            status_of(&out),
+            *want,
+            "for {:?}: {}",
+            String::from_utf8_lossy(bytes),
+            String::from_utf8_lossy(&out)
+        );
         if *want != 200 {
             assert!(String::from_utf8_lossy(&out).contains("Connection: close"));
         }
@@ -183,10 +206,20 @@ fn bad_requests_get_a_precise_status_and_the_connection_closes() {
 
 #[test]
 fn limits_have_flags_and_statuses() {
-    let s = hello(&["--max-uri", "100", "--max-header-bytes", "1k", "--max-headers", "5"]);
+    let s = hello(&[
+        "--max-uri",
+        "100",
+        "--max-header-bytes",
+        "1k",
+        "--max-headers",
+        "5",
+    ]);
     let long_uri = format!("GET /{} HTTP/1.1\r\nHost: t\r\n\r\n", "a".repeat(200));
     assert_eq!(status_of(&raw_exchange(s.addr, long_uri.as_bytes())), 414);
-    let big_header = format!("GET / HTTP/1.1\r\nHost: t\r\nX: {}\r\n\r\n", "v".repeat(2000));
+    let big_header = format!(
+        "GET / HTTP/1.1\r\nHost: t\r\nX: {}\r\n\r\n",
+        "v".repeat(2000)
+    );
     assert_eq!(status_of(&raw_exchange(s.addr, big_header.as_bytes())), 431);
     let many = "GET / HTTP/1.1\r\nHost: t\r\nA: 1\r\nB: 1\r\nC: 1\r\nD: 1\r\nE: 1\r\nF: 1\r\n\r\n";
     assert_eq!(status_of(&raw_exchange(s.addr, many.as_bytes())), 431);
@@ -197,7 +230,8 @@ fn slow_head_gets_408_and_idle_connections_close() {
     let s = hello(&["--header-timeout", "0.5", "--idle-timeout", "0.7"]);
     // Slowloris: part of a head, then nothing.
     let mut slow = TcpStream::connect(s.addr).unwrap();
-    slow.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    slow.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     slow.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n").unwrap();
     let mut out = Vec::new();
     let _ = slow.read_to_end(&mut out);
@@ -252,7 +286,10 @@ fn a_slow_handler_does_not_stall_other_connections() {
     for handle in slow {
         let (status, done) = handle.join().unwrap();
         assert_eq!(status, 200);
-        assert!(fast_done < done, "the fast request waited behind a slow one");
+        assert!(
+            fast_done < done,
+            "the fast request waited behind a slow one"
+        );
     }
 }
 
@@ -260,7 +297,12 @@ fn a_slow_handler_does_not_stall_other_connections() {
 fn request_headers_are_handed_over_as_sent() {
     let s = hello(&[]);
     let mut c = Client::connect(s.addr);
-    c.send(b"GET /headers HTTP/1.1\r\nHost: t\r\nX-Mixed-Case: Va lue\r\nx-dup: 1\r\nx-dup: 2\r\n\r\n");
+    c.send(
+        b"GET /headers HTTP/1.1\r\nHost: t\r\nX-Mixed-Case: Va lue\r\nx-dup: 1\r\nx-dup: 2\r\n\r\n",
+    );
     let r = c.read_response(false).unwrap();
-    assert_eq!(r.text(), "Host: t\nX-Mixed-Case: Va lue\nx-dup: 1\nx-dup: 2\n");
+    assert_eq!(
+        r.text(),
+        "Host: t\nX-Mixed-Case: Va lue\nx-dup: 1\nx-dup: 2\n"
+    );
 }

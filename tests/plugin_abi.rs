@@ -15,16 +15,31 @@ use support::{Server, bad_plugin, cc, command, repo_root, scratch_dir};
 fn refused(plugin: &Path) -> (i32, String) {
     let mut cmd = command(&["--plugin", plugin.to_str().unwrap()]);
     let out = cmd.output().expect("run m0serve");
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]
 fn example_plugin_compiles_as_strict_c11_and_as_cpp() {
     let src = repo_root().join("plugins/hello_c/hello.c");
     let dir = scratch_dir("hello_variants");
-    cc(&["-pedantic", "-shared", src.to_str().unwrap()], &dir.join("libhello_pedantic.so"));
+    cc(
+        &["-pedantic", "-shared", src.to_str().unwrap()],
+        &dir.join("libhello_pedantic.so"),
+    );
     let status = Command::new("c++")
-        .args(["-x", "c++", "-std=c++20", "-Wall", "-Wextra", "-Werror", "-fsyntax-only", "-I"])
+        .args([
+            "-x",
+            "c++",
+            "-std=c++20",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-fsyntax-only",
+            "-I",
+        ])
         .arg(repo_root().join("include"))
         .arg(&src)
         .status()
@@ -35,7 +50,10 @@ fn example_plugin_compiles_as_strict_c11_and_as_cpp() {
 #[test]
 fn c_lays_out_every_boundary_struct_as_rust_does() {
     let exe = scratch_dir("layout").join("layout");
-    cc(&[repo_root().join("tests/c/layout.c").to_str().unwrap()], &exe);
+    cc(
+        &[repo_root().join("tests/c/layout.c").to_str().unwrap()],
+        &exe,
+    );
     let out = Command::new(&exe).output().expect("run layout");
     let text = String::from_utf8(out.stdout).unwrap();
     let expected: Vec<(&str, usize)> = vec![
@@ -48,18 +66,30 @@ fn c_lays_out_every_boundary_struct_as_rust_does() {
         ("M0Host", size_of::<abi::M0Host>()),
         ("M0InitArgs", size_of::<abi::M0InitArgs>()),
         ("M0PluginCalls", size_of::<abi::M0PluginCalls>()),
-        ("M0PluginInfo.max_batch", offset_of!(abi::M0PluginInfo, max_batch)),
+        (
+            "M0PluginInfo.max_batch",
+            offset_of!(abi::M0PluginInfo, max_batch),
+        ),
         ("M0PluginInfo.name", offset_of!(abi::M0PluginInfo, name)),
         ("M0Request.headers", offset_of!(abi::M0Request, headers)),
-        ("M0Request.content_length", offset_of!(abi::M0Request, content_length)),
+        (
+            "M0Request.content_length",
+            offset_of!(abi::M0Request, content_length),
+        ),
         ("M0Request.peer", offset_of!(abi::M0Request, peer)),
         ("M0Request.host_data", offset_of!(abi::M0Request, host_data)),
         ("M0Host.log", offset_of!(abi::M0Host, log)),
         ("M0Host.counter_add", offset_of!(abi::M0Host, counter_add)),
         ("M0InitArgs.arg", offset_of!(abi::M0InitArgs, arg)),
         ("M0InitArgs.server", offset_of!(abi::M0InitArgs, server)),
-        ("M0PluginCalls.handle", offset_of!(abi::M0PluginCalls, handle)),
-        ("M0PluginCalls.shutdown", offset_of!(abi::M0PluginCalls, shutdown)),
+        (
+            "M0PluginCalls.handle",
+            offset_of!(abi::M0PluginCalls, handle),
+        ),
+        (
+            "M0PluginCalls.shutdown",
+            offset_of!(abi::M0PluginCalls, shutdown),
+        ),
         ("M0Error.message", offset_of!(abi::M0Error, message)),
     ];
     for (name, rust) in expected {
@@ -110,10 +140,16 @@ fn too_small_descriptor_is_refused_with_78() {
 fn init_refusal_is_78_and_init_failure_is_1_with_the_plugins_message() {
     let (code, err) = refused(&bad_plugin("refuses", &["-DINIT_REFUSES"]));
     assert_eq!(code, 78, "{err}");
-    assert!(err.contains("refused the configuration: this plugin says no: set FOO to fix it"), "{err}");
+    assert!(
+        err.contains("refused the configuration: this plugin says no: set FOO to fix it"),
+        "{err}"
+    );
     let (code, err) = refused(&bad_plugin("fails", &["-DINIT_FAILS"]));
     assert_eq!(code, 1, "{err}");
-    assert!(err.contains("failed to start: this plugin says no"), "{err}");
+    assert!(
+        err.contains("failed to start: this plugin says no"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -135,5 +171,8 @@ fn short_names_are_found_on_m0_plugin_path_and_misses_list_where_we_looked() {
     let out = command(&["--plugin", "no_such_plugin"]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("not found; looked for") && err.contains("libno_such_plugin.so"), "{err}");
+    assert!(
+        err.contains("not found; looked for") && err.contains("libno_such_plugin.so"),
+        "{err}"
+    );
 }

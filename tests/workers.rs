@@ -11,7 +11,10 @@ use std::time::{Duration, Instant};
 use support::{Client, Server, bad_plugin, command, plugin};
 
 fn hello_args(extra: &[&str]) -> Vec<String> {
-    let mut v = vec!["--plugin".to_string(), plugin("hello_c").display().to_string()];
+    let mut v = vec![
+        "--plugin".to_string(),
+        plugin("hello_c").display().to_string(),
+    ];
     v.extend(extra.iter().map(|s| s.to_string()));
     v
 }
@@ -38,7 +41,10 @@ fn one_connection_per_worker(s: &Server, n: usize) -> Vec<(i32, Client)> {
             return found;
         }
     }
-    panic!("200 connections reached only {} of {n} workers", found.len());
+    panic!(
+        "200 connections reached only {} of {n} workers",
+        found.len()
+    );
 }
 
 #[test]
@@ -49,7 +55,14 @@ fn killed_worker_is_replaced_and_the_others_are_undisturbed() {
     let (survivor, mut survivor_conn) = conns.remove(0);
     // SAFETY: killing a worker process of the server this test started.
     unsafe { libc::kill(victim, libc::SIGKILL) };
-    assert!(s.wait_for_log(&format!("pid={victim} was killed by SIGKILL"), Duration::from_secs(10)), "{}", s.log());
+    assert!(
+        s.wait_for_log(
+            &format!("pid={victim} was killed by SIGKILL"),
+            Duration::from_secs(10)
+        ),
+        "{}",
+        s.log()
+    );
     // The other worker's keep-alive connection never noticed.
     for _ in 0..20 {
         assert_eq!(pid_of(&mut survivor_conn), survivor);
@@ -63,15 +76,27 @@ fn killed_worker_is_replaced_and_the_others_are_undisturbed() {
         assert_ne!(pid, victim, "a dead worker answered");
         seen.insert(pid);
     }
-    assert!(seen.iter().any(|p| *p != survivor), "no replacement worker answered: {seen:?}\n{}", s.log());
+    assert!(
+        seen.iter().any(|p| *p != survivor),
+        "no replacement worker answered: {seen:?}\n{}",
+        s.log()
+    );
 }
 
 #[test]
 fn crash_route_takes_down_one_worker_which_returns() {
     let s = start(&["--workers", "2"]);
     let out = support::raw_exchange(s.addr, b"GET /crash HTTP/1.1\r\nHost: t\r\n\r\n");
-    assert!(out.is_empty(), "a crashed worker answered: {}", String::from_utf8_lossy(&out));
-    assert!(s.wait_for_log("was killed by SIGKILL", Duration::from_secs(10)), "{}", s.log());
+    assert!(
+        out.is_empty(),
+        "a crashed worker answered: {}",
+        String::from_utf8_lossy(&out)
+    );
+    assert!(
+        s.wait_for_log("was killed by SIGKILL", Duration::from_secs(10)),
+        "{}",
+        s.log()
+    );
     assert!(s.wait_for_log("replacing it", Duration::from_secs(10)));
     assert_eq!(support::get(s.addr, "/").status, 200);
     assert_eq!(s.log_count(" started"), 3, "{}", s.log());
@@ -84,7 +109,12 @@ fn workers_that_all_die_at_start_stop_the_server_with_1() {
     let out = cmd.output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("5 workers in a row died within 1s of starting (the last was killed by SIGABRT)"), "{err}");
+    assert!(
+        err.contains(
+            "5 workers in a row died within 1s of starting (the last was killed by SIGABRT)"
+        ),
+        "{err}"
+    );
 }
 
 #[test]
@@ -96,7 +126,15 @@ fn sigterm_finishes_requests_in_flight_then_exits_0() {
     // A large upload half sent.
     let body: Vec<u8> = (0..2_000_000u32).map(|i| (i % 253) as u8).collect();
     let mut upload = TcpStream::connect(addr).unwrap();
-    upload.write_all(format!("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n", body.len()).as_bytes()).unwrap();
+    upload
+        .write_all(
+            format!(
+                "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .unwrap();
     upload.write_all(&body[..1_000_000]).unwrap();
     // An idle keep-alive connection, which the drain closes.
     let mut idle = Client::connect(addr);
@@ -110,22 +148,34 @@ fn sigterm_finishes_requests_in_flight_then_exits_0() {
         let mut stream = upload.try_clone().unwrap();
         std::thread::spawn(move || {
             let mut out = Vec::new();
-            stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            stream
+                .set_read_timeout(Some(Duration::from_secs(20)))
+                .unwrap();
             let _ = stream.read_to_end(&mut out);
             out
         })
     };
     upload.write_all(&body[1_000_000..]).unwrap();
     let out = reader.join().unwrap();
-    let head_end = out.windows(4).position(|w| w == b"\r\n\r\n").expect("a response head") + 4;
+    let head_end = out
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a response head")
+        + 4;
     let head = String::from_utf8_lossy(&out[..head_end]);
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(head.contains("Connection: close"), "{head}");
-    assert_eq!(&out[head_end..], &body[..], "the upload's echo is not whole");
+    assert_eq!(
+        &out[head_end..],
+        &body[..],
+        "the upload's echo is not whole"
+    );
     let slow = slow.join().unwrap();
     assert_eq!((slow.status, slow.text().as_str()), (200, "slept\n"));
     assert!(idle.is_closed(Duration::from_secs(5)));
-    let status = s.wait_exit(Duration::from_secs(20)).expect("the server exits");
+    let status = s
+        .wait_exit(Duration::from_secs(20))
+        .expect("the server exits");
     assert_eq!(status.code(), Some(0), "{}", s.log());
 }
 
@@ -141,15 +191,19 @@ fn sighup_replaces_workers_without_a_failed_request() {
             std::thread::spawn(move || {
                 let (mut ok, mut failed) = (0u32, 0u32);
                 let deadline = Instant::now() + Duration::from_secs(20);
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline
+                {
                     // A new connection each time: refused connects would show.
                     match TcpStream::connect(addr) {
                         Ok(mut c) => {
                             c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-                            let _ = c.write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+                            let _ = c.write_all(
+                                b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+                            );
                             let mut out = Vec::new();
                             let _ = c.read_to_end(&mut out);
-                            if out.starts_with(b"HTTP/1.1 200") && out.ends_with(b"hello, world\n") {
+                            if out.starts_with(b"HTTP/1.1 200") && out.ends_with(b"hello, world\n")
+                            {
                                 ok += 1;
                             } else {
                                 failed += 1;
@@ -164,7 +218,11 @@ fn sighup_replaces_workers_without_a_failed_request() {
         .collect();
     std::thread::sleep(Duration::from_millis(300));
     s.signal(libc::SIGHUP);
-    assert!(s.wait_for_log("worker 1 replaced", Duration::from_secs(15)), "{}", s.log());
+    assert!(
+        s.wait_for_log("worker 1 replaced", Duration::from_secs(15)),
+        "{}",
+        s.log()
+    );
     std::thread::sleep(Duration::from_millis(500));
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (mut ok, mut failed) = (0, 0);
@@ -176,7 +234,10 @@ fn sighup_replaces_workers_without_a_failed_request() {
     assert_eq!(failed, 0, "{failed} failed of {}", ok + failed);
     assert!(ok > 10, "the load loop barely ran: {ok}");
     let after: HashSet<i32> = s.worker_pids().into_iter().collect();
-    assert!(before.is_disjoint(&after), "workers not replaced: {before:?} -> {after:?}");
+    assert!(
+        before.is_disjoint(&after),
+        "workers not replaced: {before:?} -> {after:?}"
+    );
 }
 
 #[test]
@@ -188,7 +249,12 @@ fn spawn_mode_workers_are_exec_images_that_adopt_the_listener() {
     for pid in &pids {
         assert_eq!(std::fs::read_link(format!("/proc/{pid}/exe")).unwrap(), exe);
         let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
-        assert!(environ.split(|&b| b == 0).any(|kv| kv == b"M0_WORKER_SPAWNED=1"), "worker {pid} has no spawn marker");
+        assert!(
+            environ
+                .split(|&b| b == 0)
+                .any(|kv| kv == b"M0_WORKER_SPAWNED=1"),
+            "worker {pid} has no spawn marker"
+        );
         // Only the adopted descriptors crossed exec: the listener (3), the
         // ready pipe (4, closed after use), nothing stray.
         let fds: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/fd"))
@@ -197,7 +263,11 @@ fn spawn_mode_workers_are_exec_images_that_adopt_the_listener() {
             .collect();
         assert!(fds.contains(&3), "worker {pid} fds: {fds:?}");
     }
-    assert!(s.log().contains("spawn mode (--spawn-workers)"), "{}", s.log());
+    assert!(
+        s.log().contains("spawn mode (--spawn-workers)"),
+        "{}",
+        s.log()
+    );
     let mut seen = HashSet::new();
     for _ in 0..100 {
         seen.insert(pid_of(&mut Client::connect(s.addr)));
@@ -205,7 +275,10 @@ fn spawn_mode_workers_are_exec_images_that_adopt_the_listener() {
             break;
         }
     }
-    assert!(seen.iter().all(|p| pids.contains(p)), "{seen:?} vs {pids:?}");
+    assert!(
+        seen.iter().all(|p| pids.contains(p)),
+        "{seen:?} vs {pids:?}"
+    );
 }
 
 #[test]
@@ -225,11 +298,15 @@ fn a_second_server_on_the_same_port_exits_1_naming_the_port() {
     let port = s.addr.port().to_string();
     let args = hello_args(&[]);
     let mut cmd = std::process::Command::new(support::binary());
-    cmd.args(&args).args(["--host", "127.0.0.1", "--port", &port]);
+    cmd.args(&args)
+        .args(["--host", "127.0.0.1", "--port", &port]);
     let out = cmd.output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains(&format!("port {port}")) && err.contains("--port"), "{err}");
+    assert!(
+        err.contains(&format!("port {port}")) && err.contains("--port"),
+        "{err}"
+    );
     assert_eq!(support::get(s.addr, "/").status, 200);
 }
 
@@ -237,7 +314,17 @@ fn a_second_server_on_the_same_port_exits_1_naming_the_port() {
 fn startup_output_names_the_supervisor_each_worker_and_the_ready_banner() {
     let s = start(&["--workers", "3"]);
     let log = s.log();
-    assert!(log.contains(&format!("m0serve[{}] supervisor: pid={} starting 3 worker(s) in fork mode", s.pid(), s.pid())), "{log}");
+    assert!(
+        log.contains(&format!(
+            "m0serve[{}] supervisor: pid={} starting 3 worker(s) in fork mode",
+            s.pid(),
+            s.pid()
+        )),
+        "{log}"
+    );
     assert_eq!(s.worker_pids().len(), 3);
-    assert!(log.contains("with plugin hello_c (3 worker(s), fork mode)"), "{log}");
+    assert!(
+        log.contains("with plugin hello_c (3 worker(s), fork mode)"),
+        "{log}"
+    );
 }

@@ -309,7 +309,8 @@ pub struct M0Host {
     ) -> i32,
     /// Read up to `len` body bytes into `buf`. Returns the count, 0 at the
     /// end of the body, or a negative `M0_ERR_*`.
-    pub body_read: unsafe extern "C" fn(request: *const M0Request, buf: *mut u8, len: usize) -> isize,
+    pub body_read:
+        unsafe extern "C" fn(request: *const M0Request, buf: *mut u8, len: usize) -> isize,
     /// Monotonic clock in nanoseconds.
     pub now_ns: unsafe extern "C" fn() -> u64,
     /// Add `value` to one of the `M0_COUNTER_*` counters of this worker.
@@ -343,8 +344,11 @@ pub struct M0InitArgs {
 /// Handle one request. Return `M0_OK` once the response is finished, or a
 /// negative `M0_ERR_*`: before `response_start` it becomes that HTTP status;
 /// after it, the response is cut off and the connection closed.
-pub type M0HandleFn =
-    unsafe extern "C" fn(state: *mut c_void, request: *const M0Request, response: *mut M0Response) -> i32;
+pub type M0HandleFn = unsafe extern "C" fn(
+    state: *mut c_void,
+    request: *const M0Request,
+    response: *mut M0Response,
+) -> i32;
 /// Called on each handler thread when it starts, before its first `handle`.
 /// A non-zero return stops the worker.
 pub type M0ThreadStartFn = unsafe extern "C" fn(state: *mut c_void, thread_index: u32) -> i32;

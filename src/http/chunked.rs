@@ -18,7 +18,9 @@ const MAX_LINE: u32 = 4096;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     /// Reading hex digits of a chunk size.
-    Size { digits: u32 },
+    Size {
+        digits: u32,
+    },
     /// After `;`: an extension, skipped up to CR.
     Extension,
     /// Saw CR ending the size line, expecting LF.
@@ -224,23 +226,27 @@ mod tests {
     #[test]
     fn refuses_bad_shapes() {
         let bad: &[&[u8]] = &[
-            b"ffffffffffffffffff\r\n",   // overflow
-            b"10000000000000000\r\n",    // 17 digits
-            b"\r\n",                     // no digits
-            b" 5\r\nhello\r\n",          // leading space
-            b"5 \r\nhello\r\n",          // trailing space
-            b"-5\r\n",                   // sign
-            b"0x5\r\nhello\r\n",         // prefix
-            b"5\nhello\r\n",             // bare LF after size
-            b"5\rhello\r\n",             // bare CR after size
-            b"5\r\nhelloXX",             // data not followed by CRLF
-            b"5\r\nhello\n0\r\n\r\n",     // bare LF after data
-            b"0\r\n\n",                  // bare LF ending the body
-            b"0\r\nA: 1\n\r\n",          // bare LF in a trailer
-            b"5;a\nb\r\nhello\r\n",      // LF in an extension
+            b"ffffffffffffffffff\r\n", // overflow
+            b"10000000000000000\r\n",  // 17 digits
+            b"\r\n",                   // no digits
+            b" 5\r\nhello\r\n",        // leading space
+            b"5 \r\nhello\r\n",        // trailing space
+            b"-5\r\n",                 // sign
+            b"0x5\r\nhello\r\n",       // prefix
+            b"5\nhello\r\n",           // bare LF after size
+            b"5\rhello\r\n",           // bare CR after size
+            b"5\r\nhelloXX",           // data not followed by CRLF
+            b"5\r\nhello\n0\r\n\r\n",  // bare LF after data
+            b"0\r\n\n",                // bare LF ending the body
+            b"0\r\nA: 1\n\r\n",        // bare LF in a trailer
+            b"5;a\nb\r\nhello\r\n",    // LF in an extension
         ];
         for shape in bad {
-            assert!(decode_all(&[shape], 1 << 40).is_err(), "accepted {:?}", String::from_utf8_lossy(shape));
+            assert!(
+                decode_all(&[shape], 1 << 40).is_err(),
+                "accepted {:?}",
+                String::from_utf8_lossy(shape)
+            );
         }
     }
 

@@ -12,7 +12,10 @@ thread_local! {
 
 /// Call `f` with the current date, e.g. `Sun, 06 Nov 1994 08:49:37 GMT`.
 pub fn with_now<R>(f: impl FnOnce(&[u8]) -> R) -> R {
-    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
     CACHE.with(|cell| {
         let mut cache = cell.borrow_mut();
         if cache.0 != secs {
@@ -26,8 +29,10 @@ pub fn with_now<R>(f: impl FnOnce(&[u8]) -> R) -> R {
 /// Format Unix seconds as an IMF-fixdate.
 pub fn format_imf(secs: u64) -> [u8; DATE_LEN] {
     const DAYS: [&[u8; 3]; 7] = [b"Thu", b"Fri", b"Sat", b"Sun", b"Mon", b"Tue", b"Wed"];
-    const MONTHS: [&[u8; 3]; 12] =
-        [b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov", b"Dec"];
+    const MONTHS: [&[u8; 3]; 12] = [
+        b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov",
+        b"Dec",
+    ];
     let days = secs / 86_400;
     let rem = secs % 86_400;
     let (year, month, day) = civil_from_days(days as i64);

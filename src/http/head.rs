@@ -104,7 +104,8 @@ pub fn parse(buf: &[u8], limits: &Limits, out: &mut RequestHead) -> Result<bool,
     for field in req.headers.iter() {
         let name = field.name.as_bytes();
         let value = field.value;
-        out.headers.push((Span::of(buf, name), Span::of(buf, value)));
+        out.headers
+            .push((Span::of(buf, name), Span::of(buf, value)));
         framing.note(name, value)?;
     }
     framing.finish(out, limits)
@@ -139,7 +140,10 @@ fn map_parse_error(e: httparse::Error, buf: &[u8]) -> HttpError {
 
 /// "HTTP/2.0", "HTTP/1.2", "HTTP/3": a well-formed version we do not speak.
 fn looks_like_other_version(buf: &[u8]) -> bool {
-    let line_end = buf.iter().position(|&b| b == b'\r' || b == b'\n').unwrap_or(buf.len());
+    let line_end = buf
+        .iter()
+        .position(|&b| b == b'\r' || b == b'\n')
+        .unwrap_or(buf.len());
     let line = &buf[..line_end];
     let Some(sp) = line.iter().rposition(|&b| b == b' ') else {
         return false;
@@ -156,7 +160,12 @@ fn looks_like_other_version(buf: &[u8]) -> bool {
 }
 
 /// Split the target into path and query (origin-form, absolute-form, `*`).
-fn split_target(buf: &[u8], method: &str, target: &str, out: &mut RequestHead) -> Result<(), HttpError> {
+fn split_target(
+    buf: &[u8],
+    method: &str,
+    target: &str,
+    out: &mut RequestHead,
+) -> Result<(), HttpError> {
     let path_and_query = if target.starts_with('/') {
         target
     } else if target == "*" {
@@ -265,13 +274,22 @@ impl Framing {
         }
         let framing = if self.transfer_encoding {
             if self.content_length_fields > 0 {
-                return Err(HttpError::new(400, "both Content-Length and Transfer-Encoding"));
+                return Err(HttpError::new(
+                    400,
+                    "both Content-Length and Transfer-Encoding",
+                ));
             }
             if !http11 {
-                return Err(HttpError::new(400, "Transfer-Encoding in an HTTP/1.0 request"));
+                return Err(HttpError::new(
+                    400,
+                    "Transfer-Encoding in an HTTP/1.0 request",
+                ));
             }
             if self.chunked_not_last || !self.chunked_last {
-                return Err(HttpError::new(400, "Transfer-Encoding does not end in chunked"));
+                return Err(HttpError::new(
+                    400,
+                    "Transfer-Encoding does not end in chunked",
+                ));
             }
             if self.unknown_coding {
                 return Err(HttpError::new(501, "transfer coding not implemented"));
@@ -290,7 +308,11 @@ impl Framing {
             return Err(HttpError::new(417, "unsupported expectation"));
         }
         out.body = BodyFramingField(framing);
-        out.keep_alive = if http11 { !self.close } else { self.keep_alive && !self.close };
+        out.keep_alive = if http11 {
+            !self.close
+        } else {
+            self.keep_alive && !self.close
+        };
         out.expect_continue = http11 && self.expect_continue && framing != BodyFraming::None;
         Ok(true)
     }
@@ -317,7 +339,10 @@ fn parse_content_length(value: &[u8]) -> Result<u64, HttpError> {
 /// Comma-separated list elements, trimmed of optional whitespace, empty
 /// elements skipped (RFC 9110 section 5.6.1).
 fn tokens(value: &[u8]) -> impl Iterator<Item = &[u8]> {
-    value.split(|&b| b == b',').map(trim).filter(|t| !t.is_empty())
+    value
+        .split(|&b| b == b',')
+        .map(trim)
+        .filter(|t| !t.is_empty())
 }
 
 fn trim(mut s: &[u8]) -> &[u8] {
@@ -380,12 +405,18 @@ mod tests {
 
     #[test]
     fn content_length_and_chunked_framing() {
-        let head = parse_str("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\n").unwrap().unwrap();
+        let head = parse_str("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert_eq!(head.body.0, BodyFraming::Length(5));
-        let head = parse_str("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n").unwrap().unwrap();
+        let head = parse_str("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert_eq!(head.body.0, BodyFraming::Chunked);
         let head =
-            parse_str("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: identity, Chunked\r\n\r\n").unwrap().unwrap();
+            parse_str("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: identity, Chunked\r\n\r\n")
+                .unwrap()
+                .unwrap();
         assert_eq!(head.body.0, BodyFraming::Chunked);
     }
 
@@ -393,33 +424,76 @@ mod tests {
     fn smuggling_shapes_are_refused() {
         let h = "POST / HTTP/1.1\r\nHost: h\r\n";
         // Content-Length with Transfer-Encoding.
-        assert_eq!(status_of(&format!("{h}Content-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n")), 400);
+        assert_eq!(
+            status_of(&format!(
+                "{h}Content-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"
+            )),
+            400
+        );
         // Duplicate Content-Length, even when equal, and a list.
-        assert_eq!(status_of(&format!("{h}Content-Length: 3\r\nContent-Length: 3\r\n\r\n")), 400);
+        assert_eq!(
+            status_of(&format!(
+                "{h}Content-Length: 3\r\nContent-Length: 3\r\n\r\n"
+            )),
+            400
+        );
         assert_eq!(status_of(&format!("{h}Content-Length: 3, 3\r\n\r\n")), 400);
         // Malformed Content-Length.
         for bad in ["+3", "-1", "0x10", "3 3", "", "99999999999999999999", "1e3"] {
-            assert_eq!(status_of(&format!("{h}Content-Length: {bad}\r\n\r\n")), 400, "CL {bad:?}");
+            assert_eq!(
+                status_of(&format!("{h}Content-Length: {bad}\r\n\r\n")),
+                400,
+                "CL {bad:?}"
+            );
         }
         // Transfer-Encoding whose last coding is not chunked.
-        assert_eq!(status_of(&format!("{h}Transfer-Encoding: chunked, gzip\r\n\r\n")), 400);
-        assert_eq!(status_of(&format!("{h}Transfer-Encoding: gzip\r\n\r\n")), 400);
-        assert_eq!(status_of(&format!("{h}Transfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n\r\n")), 400);
+        assert_eq!(
+            status_of(&format!("{h}Transfer-Encoding: chunked, gzip\r\n\r\n")),
+            400
+        );
+        assert_eq!(
+            status_of(&format!("{h}Transfer-Encoding: gzip\r\n\r\n")),
+            400
+        );
+        assert_eq!(
+            status_of(&format!(
+                "{h}Transfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n\r\n"
+            )),
+            400
+        );
         // A coding we do not implement, chunked last.
-        assert_eq!(status_of(&format!("{h}Transfer-Encoding: gzip, chunked\r\n\r\n")), 501);
+        assert_eq!(
+            status_of(&format!("{h}Transfer-Encoding: gzip, chunked\r\n\r\n")),
+            501
+        );
         // Transfer-Encoding on HTTP/1.0.
-        assert_eq!(status_of("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n"), 400);
+        assert_eq!(
+            status_of("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n"),
+            400
+        );
         // Bare CR, whitespace before the colon, obs-fold.
         assert_eq!(status_of("GET / HTTP/1.1\r\nHost: h\rX: y\r\n\r\n"), 400);
-        assert_eq!(status_of("GET / HTTP/1.1\r\nHost: h\r\nX-A : y\r\n\r\n"), 400);
-        assert_eq!(status_of("GET / HTTP/1.1\r\nHost: h\r\nX-A: y\r\n  folded\r\n\r\n"), 400);
-        assert_eq!(status_of("GET / HTTP/1.1\r\nHost: h\r\nX-A: a\0b\r\n\r\n"), 400);
+        assert_eq!(
+            status_of("GET / HTTP/1.1\r\nHost: h\r\nX-A : y\r\n\r\n"),
+            400
+        );
+        assert_eq!(
+            status_of("GET / HTTP/1.1\r\nHost: h\r\nX-A: y\r\n  folded\r\n\r\n"),
+            400
+        );
+        assert_eq!(
+            status_of("GET / HTTP/1.1\r\nHost: h\r\nX-A: a\0b\r\n\r\n"),
+            400
+        );
     }
 
     #[test]
     fn host_rules() {
         assert_eq!(status_of("GET / HTTP/1.1\r\n\r\n"), 400);
-        assert_eq!(status_of("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"), 400);
+        assert_eq!(
+            status_of("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"),
+            400
+        );
         assert_eq!(status_of("GET / HTTP/1.0\r\n\r\n"), 200);
     }
 
@@ -436,23 +510,35 @@ mod tests {
     fn keep_alive_defaults_by_version() {
         let ka = |s: &str| parse_str(s).unwrap().unwrap().keep_alive;
         assert!(ka("GET / HTTP/1.1\r\nHost: h\r\n\r\n"));
-        assert!(!ka("GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n"));
+        assert!(!ka(
+            "GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n"
+        ));
         assert!(!ka("GET / HTTP/1.0\r\n\r\n"));
         assert!(ka("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n"));
     }
 
     #[test]
     fn expectations() {
-        let h = parse_str("POST / HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n")
-            .unwrap()
-            .unwrap();
+        let h = parse_str(
+            "POST / HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n",
+        )
+        .unwrap()
+        .unwrap();
         assert!(h.expect_continue);
-        assert_eq!(status_of("POST / HTTP/1.1\r\nHost: h\r\nExpect: teapot\r\nContent-Length: 2\r\n\r\n"), 417);
+        assert_eq!(
+            status_of("POST / HTTP/1.1\r\nHost: h\r\nExpect: teapot\r\nContent-Length: 2\r\n\r\n"),
+            417
+        );
     }
 
     #[test]
     fn limits() {
-        let limits = Limits { max_head_bytes: 200, max_headers: 4, max_uri: 50, max_body: 10 };
+        let limits = Limits {
+            max_head_bytes: 200,
+            max_headers: 4,
+            max_uri: 50,
+            max_body: 10,
+        };
         let run = |s: &str| {
             let mut head = RequestHead::default();
             match parse(s.as_bytes(), &limits, &mut head) {
@@ -461,13 +547,34 @@ mod tests {
                 Ok(false) => 0,
             }
         };
-        assert_eq!(run(&format!("GET /{} HTTP/1.1\r\nHost: h\r\n\r\n", "a".repeat(60))), 414);
+        assert_eq!(
+            run(&format!(
+                "GET /{} HTTP/1.1\r\nHost: h\r\n\r\n",
+                "a".repeat(60)
+            )),
+            414
+        );
         // Still arriving, but already longer than any allowed request line.
         assert_eq!(run(&format!("GET /{}", "a".repeat(100))), 414);
-        assert_eq!(run(&format!("GET / HTTP/1.1\r\nHost: h\r\nX: {}\r\n", "v".repeat(300))), 431);
-        assert_eq!(run("GET / HTTP/1.1\r\nHost: h\r\nA: 1\r\nB: 1\r\nC: 1\r\nD: 1\r\n\r\n"), 431);
-        assert_eq!(run("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 11\r\n\r\n"), 413);
-        assert_eq!(run("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\n"), 200);
+        assert_eq!(
+            run(&format!(
+                "GET / HTTP/1.1\r\nHost: h\r\nX: {}\r\n",
+                "v".repeat(300)
+            )),
+            431
+        );
+        assert_eq!(
+            run("GET / HTTP/1.1\r\nHost: h\r\nA: 1\r\nB: 1\r\nC: 1\r\nD: 1\r\n\r\n"),
+            431
+        );
+        assert_eq!(
+            run("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 11\r\n\r\n"),
+            413
+        );
+        assert_eq!(
+            run("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\n"),
+            200
+        );
     }
 
     #[test]

@@ -35,9 +35,16 @@ impl BodyLength {
 
 /// Headers the server writes itself; a plugin may not set them.
 pub fn is_hop_or_framing_header(name: &[u8]) -> bool {
-    [&b"content-length"[..], b"transfer-encoding", b"connection", b"date", b"keep-alive", b"upgrade"]
-        .iter()
-        .any(|h| name.eq_ignore_ascii_case(h))
+    [
+        &b"content-length"[..],
+        b"transfer-encoding",
+        b"connection",
+        b"date",
+        b"keep-alive",
+        b"upgrade",
+    ]
+    .iter()
+    .any(|h| name.eq_ignore_ascii_case(h))
 }
 
 /// A field name is a token; a value has no CR, LF or NUL.
@@ -103,7 +110,11 @@ pub fn write_head<'h>(
     keep_alive: bool,
     headers: impl Iterator<Item = (&'h [u8], &'h [u8])>,
 ) {
-    out.extend_from_slice(if http_minor == 0 { b"HTTP/1.0 " } else { b"HTTP/1.1 " });
+    out.extend_from_slice(if http_minor == 0 {
+        b"HTTP/1.0 "
+    } else {
+        b"HTTP/1.1 "
+    });
     let mut code = [b'0'; 3];
     code[0] += (status / 100 % 10) as u8;
     code[1] += (status / 10 % 10) as u8;
@@ -137,7 +148,14 @@ pub fn write_head<'h>(
 }
 
 /// A complete plain-text response the server sends itself (errors, 503).
-pub fn simple(out: &mut Vec<u8>, http_minor: u8, status: u16, body: &str, keep_alive: bool, extra: &[(&[u8], &[u8])]) {
+pub fn simple(
+    out: &mut Vec<u8>,
+    http_minor: u8,
+    status: u16,
+    body: &str,
+    keep_alive: bool,
+    extra: &[(&[u8], &[u8])],
+) {
     let mut text = String::with_capacity(body.len() + 1);
     text.push_str(body);
     text.push('\n');
@@ -147,7 +165,9 @@ pub fn simple(out: &mut Vec<u8>, http_minor: u8, status: u16, body: &str, keep_a
         status,
         BodyLength::Sized(text.len() as u64),
         keep_alive,
-        [(&b"Content-Type"[..], &b"text/plain; charset=utf-8"[..])].into_iter().chain(extra.iter().copied()),
+        [(&b"Content-Type"[..], &b"text/plain; charset=utf-8"[..])]
+            .into_iter()
+            .chain(extra.iter().copied()),
     );
     out.extend_from_slice(text.as_bytes());
 }
@@ -158,7 +178,14 @@ mod tests {
 
     fn head(http_minor: u8, status: u16, len: BodyLength, ka: bool) -> String {
         let mut out = Vec::new();
-        write_head(&mut out, http_minor, status, len, ka, [(&b"X-A"[..], &b"1"[..])].into_iter());
+        write_head(
+            &mut out,
+            http_minor,
+            status,
+            len,
+            ka,
+            [(&b"X-A"[..], &b"1"[..])].into_iter(),
+        );
         String::from_utf8(out).unwrap()
     }
 

@@ -94,7 +94,9 @@ fn c_text(p: *const core::ffi::c_char, fallback: &str) -> String {
         return fallback.to_string();
     }
     // SAFETY: the ABI says name and version are static NUL-terminated strings.
-    unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    unsafe { std::ffi::CStr::from_ptr(p) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 impl Descriptor {
@@ -120,7 +122,11 @@ impl Descriptor {
 
     pub fn from_lines(text: &str) -> Option<Descriptor> {
         let get = |key: &str| {
-            text.lines().find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix('=')).map(str::to_string))
+            text.lines().find_map(|l| {
+                l.strip_prefix(key)
+                    .and_then(|r| r.strip_prefix('='))
+                    .map(str::to_string)
+            })
         };
         let num = |key: &str| get(key).and_then(|v| v.parse::<u32>().ok());
         Some(Descriptor {

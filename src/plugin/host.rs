@@ -64,7 +64,11 @@ unsafe fn header_pairs<'h>(
         unsafe { std::slice::from_raw_parts(headers, count) }
     };
     // SAFETY: each view is readable per the caller's contract.
-    Some(slice.iter().map(|h| unsafe { (h.name.as_bytes(), h.value.as_bytes()) }))
+    Some(
+        slice
+            .iter()
+            .map(|h| unsafe { (h.name.as_bytes(), h.value.as_bytes()) }),
+    )
 }
 
 /// # Safety
@@ -109,7 +113,11 @@ unsafe extern "C" fn host_response_start(
     })
 }
 
-unsafe extern "C" fn host_response_write(response: *mut abi::M0Response, data: *const u8, len: usize) -> i32 {
+unsafe extern "C" fn host_response_write(
+    response: *mut abi::M0Response,
+    data: *const u8,
+    len: usize,
+) -> i32 {
     boundary(abi::M0_ERR_INTERNAL, || {
         // SAFETY: the plugin passes the handle of its current call.
         let Some(ex) = (unsafe { exchange(response) }) else {
@@ -147,8 +155,9 @@ unsafe extern "C" fn host_response_send(
             return abi::M0_ERR_INVALID;
         };
         // SAFETY: the plugin passes valid headers and `body_len` bytes.
-        let (Some(pairs), Some(body)) = (unsafe { header_pairs(headers, header_count) }, unsafe { bytes(body, body_len) })
-        else {
+        let (Some(pairs), Some(body)) = (unsafe { header_pairs(headers, header_count) }, unsafe {
+            bytes(body, body_len)
+        }) else {
             return abi::M0_ERR_INVALID;
         };
         let code = ex.start(status, pairs, body.len() as i64);
@@ -163,7 +172,11 @@ unsafe extern "C" fn host_response_send(
     })
 }
 
-unsafe extern "C" fn host_body_read(request: *const abi::M0Request, buf: *mut u8, len: usize) -> isize {
+unsafe extern "C" fn host_body_read(
+    request: *const abi::M0Request,
+    buf: *mut u8,
+    len: usize,
+) -> isize {
     boundary(abi::M0_ERR_INTERNAL as isize, || {
         if request.is_null() || (buf.is_null() && len > 0) {
             return abi::M0_ERR_INVALID as isize;
@@ -196,7 +209,10 @@ unsafe extern "C" fn host_counter_add(counter: u32, value: u64) {
 
 /// CLOCK_MONOTONIC in nanoseconds.
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime writes one timespec we own.
     if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) } != 0 {
         return 0;

@@ -23,23 +23,36 @@ pub struct PluginError {
 
 impl PluginError {
     fn refused(message: String) -> PluginError {
-        PluginError { exit_code: EXIT_REFUSED, message }
+        PluginError {
+            exit_code: EXIT_REFUSED,
+            message,
+        }
     }
     fn startup(message: String) -> PluginError {
-        PluginError { exit_code: EXIT_STARTUP, message }
+        PluginError {
+            exit_code: EXIT_STARTUP,
+            message,
+        }
     }
 }
 
 /// The file names a short name may have, in lookup order.
 fn candidate_names(short: &str) -> [String; 3] {
-    [format!("lib{short}.so"), format!("libm0_{short}.so"), format!("{short}.so")]
+    [
+        format!("lib{short}.so"),
+        format!("libm0_{short}.so"),
+        format!("{short}.so"),
+    ]
 }
 
 /// The directories searched for a short name: beside the binary, then each
 /// entry of `M0_PLUGIN_PATH`.
 pub fn search_dirs() -> Vec<PathBuf> {
     let mut dirs = Vec::new();
-    if let Some(dir) = std::env::current_exe().ok().and_then(|p| p.parent().map(Path::to_path_buf)) {
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+    {
         dirs.push(dir);
     }
     if let Some(path) = std::env::var_os("M0_PLUGIN_PATH") {
@@ -52,7 +65,10 @@ pub fn search_dirs() -> Vec<PathBuf> {
 /// looked up. The error lists every place tried.
 pub fn resolve(spec: &str) -> Result<PathBuf, PluginError> {
     if spec.is_empty() {
-        return Err(PluginError { exit_code: 2, message: "--plugin is empty; name a plugin".into() });
+        return Err(PluginError {
+            exit_code: 2,
+            message: "--plugin is empty; name a plugin".into(),
+        });
     }
     if spec.contains('/') || spec.ends_with(".so") {
         let path = PathBuf::from(spec);
@@ -90,7 +106,8 @@ pub struct Plugin {
 /// The plugin's calls table, checked and copied.
 #[derive(Clone, Copy)]
 pub struct Calls {
-    pub handle: unsafe extern "C" fn(*mut c_void, *const abi::M0Request, *mut abi::M0Response) -> i32,
+    pub handle:
+        unsafe extern "C" fn(*mut c_void, *const abi::M0Request, *mut abi::M0Response) -> i32,
     pub thread_start: Option<unsafe extern "C" fn(*mut c_void, u32) -> i32>,
     pub thread_stop: Option<unsafe extern "C" fn(*mut c_void, u32)>,
     pub shutdown: Option<unsafe extern "C" fn(*mut c_void)>,
@@ -112,8 +129,10 @@ impl Plugin {
         // the user named is the point of this program, and we do it in a
         // worker process (or the doctor's throwaway probe), never in the
         // supervisor.
-        let lib = unsafe { libloading::os::unix::Library::open(Some(path), flags) }
-            .map_err(|e| PluginError::startup(format!("cannot open plugin {}: {e}", path.display())))?;
+        let lib =
+            unsafe { libloading::os::unix::Library::open(Some(path), flags) }.map_err(|e| {
+                PluginError::startup(format!("cannot open plugin {}: {e}", path.display()))
+            })?;
         // Never unloaded: see the module docs.
         let lib: &'static libloading::os::unix::Library = Box::leak(Box::new(lib));
         let missing = |sym: &str, e: libloading::Error| {
@@ -127,18 +146,27 @@ impl Plugin {
         let describe = unsafe { lib.get::<abi::M0DescribeFn>(abi::DESCRIBE_SYMBOL) }
             .map_err(|e| missing(abi::DESCRIBE_SYMBOL, e))?;
         // SAFETY: the symbol's type is fixed by the ABI (M0InitFn).
-        let init = unsafe { lib.get::<abi::M0InitFn>(abi::INIT_SYMBOL) }.map_err(|e| missing(abi::INIT_SYMBOL, e))?;
+        let init = unsafe { lib.get::<abi::M0InitFn>(abi::INIT_SYMBOL) }
+            .map_err(|e| missing(abi::INIT_SYMBOL, e))?;
         let describe: abi::M0DescribeFn = *describe;
         let init: abi::M0InitFn = *init;
         // SAFETY: describe is side-effect free by contract and returns a
         // pointer to a static descriptor or NULL.
         let info = unsafe { describe() };
         let descriptor = check_info(path, info)?;
-        Ok(Plugin { path: path.to_path_buf(), descriptor, init })
+        Ok(Plugin {
+            path: path.to_path_buf(),
+            descriptor,
+            init,
+        })
     }
 
     /// Run the plugin's init in this worker and check the calls table.
-    pub fn init(&self, host: &'static abi::M0Host, args: &abi::M0InitArgs) -> Result<Calls, PluginError> {
+    pub fn init(
+        &self,
+        host: &'static abi::M0Host,
+        args: &abi::M0InitArgs,
+    ) -> Result<Calls, PluginError> {
         let mut calls: *const abi::M0PluginCalls = std::ptr::null();
         let mut state: *mut c_void = std::ptr::null_mut();
         let mut error = abi::M0Error {
@@ -152,14 +180,33 @@ impl Plugin {
         let name = &self.descriptor.name;
         if status != abi::M0_OK {
             let len = (error.message_len as usize).min(error.message.len());
-            let detail = String::from_utf8_lossy(&error.message[..len]).trim_end().to_string();
-            let detail = if detail.is_empty() { "no detail given".to_string() } else { detail };
-            let exit_code = if status == abi::M0_INIT_REFUSED { EXIT_REFUSED } else { EXIT_STARTUP };
-            let verb = if exit_code == EXIT_REFUSED { "refused the configuration" } else { "failed to start" };
-            return Err(PluginError { exit_code, message: format!("plugin {name} {verb}: {detail}") });
+            let detail = String::from_utf8_lossy(&error.message[..len])
+                .trim_end()
+                .to_string();
+            let detail = if detail.is_empty() {
+                "no detail given".to_string()
+            } else {
+                detail
+            };
+            let exit_code = if status == abi::M0_INIT_REFUSED {
+                EXIT_REFUSED
+            } else {
+                EXIT_STARTUP
+            };
+            let verb = if exit_code == EXIT_REFUSED {
+                "refused the configuration"
+            } else {
+                "failed to start"
+            };
+            return Err(PluginError {
+                exit_code,
+                message: format!("plugin {name} {verb}: {detail}"),
+            });
         }
         if calls.is_null() {
-            return Err(PluginError::refused(format!("plugin {name} returned no calls table from m0_plugin_init")));
+            return Err(PluginError::refused(format!(
+                "plugin {name} returned no calls table from m0_plugin_init"
+            )));
         }
         // SAFETY: non-null, and the plugin keeps the table alive for the process.
         let size = unsafe { (*calls).size };
@@ -173,7 +220,9 @@ impl Plugin {
         // SAFETY: the size check above covers every field read here.
         let table = unsafe { &*calls };
         let Some(handle) = table.handle else {
-            return Err(PluginError::refused(format!("plugin {name}'s calls table has no handle function")));
+            return Err(PluginError::refused(format!(
+                "plugin {name}'s calls table has no handle function"
+            )));
         };
         Ok(Calls {
             handle,
@@ -188,7 +237,9 @@ impl Plugin {
 fn check_info(path: &Path, info: *const abi::M0PluginInfo) -> Result<Descriptor, PluginError> {
     let shown = path.display();
     if info.is_null() {
-        return Err(PluginError::refused(format!("plugin {shown}: m0_plugin_describe returned NULL")));
+        return Err(PluginError::refused(format!(
+            "plugin {shown}: m0_plugin_describe returned NULL"
+        )));
     }
     // SAFETY: non-null; the first field is the struct's size, which every
     // version has, so reading it is in bounds.

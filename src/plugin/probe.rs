@@ -23,7 +23,7 @@ pub fn run_child(path: &Path) -> ! {
             0
         }
         Err(e) => {
-            print!("error={}\n", e.message.replace('\n', " "));
+            println!("error={}", e.message.replace('\n', " "));
             e.exit_code
         }
     };
@@ -32,15 +32,20 @@ pub fn run_child(path: &Path) -> ! {
 
 /// Probe `path` in a child, waiting at most `timeout`.
 pub fn probe(path: &Path, timeout: Duration) -> Result<Descriptor, PluginError> {
-    let exe = std::env::current_exe()
-        .map_err(|e| PluginError { exit_code: EXIT_STARTUP, message: format!("cannot find this binary: {e}") })?;
+    let exe = std::env::current_exe().map_err(|e| PluginError {
+        exit_code: EXIT_STARTUP,
+        message: format!("cannot find this binary: {e}"),
+    })?;
     let mut child = Command::new(exe)
         .env(PROBE_ENV, path)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
-        .map_err(|e| PluginError { exit_code: EXIT_STARTUP, message: format!("cannot start the plugin probe: {e}") })?;
+        .map_err(|e| PluginError {
+            exit_code: EXIT_STARTUP,
+            message: format!("cannot start the plugin probe: {e}"),
+        })?;
     let deadline = Instant::now() + timeout;
     let status = loop {
         match child.try_wait() {
@@ -65,18 +70,31 @@ pub fn probe(path: &Path, timeout: Duration) -> Result<Descriptor, PluginError> 
         let _ = out.read_to_string(&mut text);
     }
     if let Some(message) = text.lines().find_map(|l| l.strip_prefix("error=")) {
-        return Err(PluginError { exit_code: status.code().unwrap_or(EXIT_STARTUP), message: message.to_string() });
+        return Err(PluginError {
+            exit_code: status.code().unwrap_or(EXIT_STARTUP),
+            message: message.to_string(),
+        });
     }
-    if let Some(d) = status.success().then(|| Descriptor::from_lines(&text)).flatten() {
+    if let Some(d) = status
+        .success()
+        .then(|| Descriptor::from_lines(&text))
+        .flatten()
+    {
         return Ok(d);
     }
-    let how = match (status.code(), std::os::unix::process::ExitStatusExt::signal(&status)) {
+    let how = match (
+        status.code(),
+        std::os::unix::process::ExitStatusExt::signal(&status),
+    ) {
         (_, Some(sig)) => format!("was killed by signal {sig}"),
         (Some(code), _) => format!("exited with status {code}"),
         _ => "ended abnormally".to_string(),
     };
     Err(PluginError {
         exit_code: EXIT_STARTUP,
-        message: format!("plugin {} crashed while loading: the probe process {how}", path.display()),
+        message: format!(
+            "plugin {} crashed while loading: the probe process {how}",
+            path.display()
+        ),
     })
 }

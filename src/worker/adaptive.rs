@@ -29,7 +29,13 @@ pub struct Controller {
 impl Controller {
     pub fn new(plan: PoolPlan) -> Controller {
         let now = Instant::now();
-        Controller { plan, last_completed: 0, last_progress: now, last_queued: now, last_change: now }
+        Controller {
+            plan,
+            last_completed: 0,
+            last_progress: now,
+            last_queued: now,
+            last_change: now,
+        }
     }
 
     pub fn is_adaptive(&self) -> bool {
@@ -53,7 +59,10 @@ impl Controller {
         let stalled = queued > 0 && busy >= live && now.duration_since(self.last_progress) >= STALL;
         if stalled && target < self.plan.max {
             pool.resize(target + 1);
-            crate::log::info(format_args!("handler pool grows to {} (requests waiting, all threads blocked)", target + 1));
+            crate::log::info(format_args!(
+                "handler pool grows to {} (requests waiting, all threads blocked)",
+                target + 1
+            ));
             self.last_progress = now;
             self.last_change = now;
         } else if target > self.plan.initial

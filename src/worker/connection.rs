@@ -25,7 +25,10 @@ pub enum Phase {
     /// Waiting for, or reading, a request head.
     Head,
     /// Head parsed; body arriving.
-    Body { head: RequestHead, progress: BodyProgress },
+    Body {
+        head: RequestHead,
+        progress: BodyProgress,
+    },
     /// A handler thread is answering.
     Dispatched,
     /// Our side is shut for writing; reading and discarding until the client
@@ -37,7 +40,10 @@ pub enum BodyProgress {
     /// The body ends at this index of the buffer.
     Length { end: usize },
     /// Chunked: raw bytes from `head_len` on are decoded into `out`.
-    Chunked { decoder: ChunkedDecoder, out: Vec<u8> },
+    Chunked {
+        decoder: ChunkedDecoder,
+        out: Vec<u8>,
+    },
 }
 
 pub struct Conn {
@@ -128,7 +134,10 @@ impl Conn {
     /// Content-Length body.
     fn read_cap(&self, limits: &Limits) -> usize {
         match &self.phase {
-            Phase::Body { progress: BodyProgress::Length { end }, .. } => (*end).max(self.rbuf.len() + 16 * 1024),
+            Phase::Body {
+                progress: BodyProgress::Length { end },
+                ..
+            } => (*end).max(self.rbuf.len() + 16 * 1024),
             Phase::Body { head, .. } => head.head_len + 256 * 1024,
             _ => limits.max_head_bytes + 4096,
         }
@@ -147,13 +156,23 @@ impl Conn {
             let head_len = head.head_len;
             let progress = match head.body.0 {
                 BodyFraming::None => {
-                    let body = Body::InBuffer(Span { start: head_len as u32, end: head_len as u32 });
-                    return Ok(Some(Ready { head, body, consumed: head_len }));
+                    let body = Body::InBuffer(Span {
+                        start: head_len as u32,
+                        end: head_len as u32,
+                    });
+                    return Ok(Some(Ready {
+                        head,
+                        body,
+                        consumed: head_len,
+                    }));
                 }
-                BodyFraming::Length(n) => BodyProgress::Length { end: head_len + n as usize },
-                BodyFraming::Chunked => {
-                    BodyProgress::Chunked { decoder: ChunkedDecoder::new(limits.max_body), out: Vec::new() }
-                }
+                BodyFraming::Length(n) => BodyProgress::Length {
+                    end: head_len + n as usize,
+                },
+                BodyFraming::Chunked => BodyProgress::Chunked {
+                    decoder: ChunkedDecoder::new(limits.max_body),
+                    out: Vec::new(),
+                },
             };
             self.continue_sent = false;
             self.phase = Phase::Body { head, progress };
@@ -186,10 +205,17 @@ impl Conn {
             unreachable!("matched above")
         };
         let body = match progress {
-            BodyProgress::Length { end } => Body::InBuffer(Span { start: head_len as u32, end: end as u32 }),
+            BodyProgress::Length { end } => Body::InBuffer(Span {
+                start: head_len as u32,
+                end: end as u32,
+            }),
             BodyProgress::Chunked { out, .. } => Body::Decoded(out),
         };
-        Ok(Some(Ready { head, body, consumed }))
+        Ok(Some(Ready {
+            head,
+            body,
+            consumed,
+        }))
     }
 
     /// Read until the socket is dry, the buffer reaches `cap`, or EOF.
@@ -207,7 +233,8 @@ impl Conn {
             let want = spare.len().min(room).max(1);
             // SAFETY: recv writes at most `want` bytes into the vector's
             // spare capacity, which is at least that long.
-            let n = unsafe { libc::recv(self.stream.as_raw_fd(), spare.as_mut_ptr().cast(), want, 0) };
+            let n =
+                unsafe { libc::recv(self.stream.as_raw_fd(), spare.as_mut_ptr().cast(), want, 0) };
             if n > 0 {
                 let n = n as usize;
                 // SAFETY: recv initialised the first n bytes of the spare capacity.

@@ -82,8 +82,13 @@ impl EventLoop {
         signals: SignalPipe,
     ) -> io::Result<EventLoop> {
         let mut listener = listener;
-        poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
-        poll.registry().register(&mut SourceFd(&signals.read_fd()), SIGNALS, Interest::READABLE)?;
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)?;
+        poll.registry().register(
+            &mut SourceFd(&signals.read_fd()),
+            SIGNALS,
+            Interest::READABLE,
+        )?;
         let cli = &cfg.cli;
         Ok(EventLoop {
             poll,
@@ -132,7 +137,11 @@ impl EventLoop {
             let timeout = self.poll_timeout();
             let may_block = timeout != Some(Duration::ZERO);
             let parked = may_block && self.pool.park_loop();
-            let timeout = if may_block && !parked { Some(Duration::ZERO) } else { timeout };
+            let timeout = if may_block && !parked {
+                Some(Duration::ZERO)
+            } else {
+                timeout
+            };
             let polled = self.poll.poll(&mut events, timeout);
             self.pool.unpark_loop();
             match polled {
@@ -182,7 +191,9 @@ impl EventLoop {
             timeout = Some(timeout.map_or(adaptive::TICK, |t: Duration| t.min(adaptive::TICK)));
         }
         if let Some(deadline) = self.drain_deadline {
-            let left = deadline.saturating_duration_since(Instant::now()).min(SWEEP_EVERY);
+            let left = deadline
+                .saturating_duration_since(Instant::now())
+                .min(SWEEP_EVERY);
             timeout = Some(timeout.map_or(left, |t: Duration| t.min(left)));
         }
         timeout
@@ -215,7 +226,12 @@ impl EventLoop {
             let _ = self.poll.registry().deregister(&mut listener);
         }
         self.accept_owed = false;
-        let idle: Vec<usize> = self.conns.iter().filter(|(_, c)| c.is_idle()).map(|(k, _)| k).collect();
+        let idle: Vec<usize> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.is_idle())
+            .map(|(k, _)| k)
+            .collect();
         for key in idle {
             self.close(key);
         }
@@ -224,7 +240,9 @@ impl EventLoop {
     fn accept_batch(&mut self) {
         self.accept_owed = false;
         for _ in 0..ACCEPT_BATCH {
-            let Some(listener) = self.listener.as_ref() else { return };
+            let Some(listener) = self.listener.as_ref() else {
+                return;
+            };
             match listener.accept() {
                 Ok((stream, addr)) => self.admit(stream, addr),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
@@ -245,12 +263,19 @@ impl EventLoop {
         let _ = stream.set_nodelay(true);
         let entry = self.conns.vacant_entry();
         let key = entry.key();
-        if let Err(e) = self.poll.registry().register(&mut stream, Token(key), Interest::READABLE) {
+        if let Err(e) = self
+            .poll
+            .registry()
+            .register(&mut stream, Token(key), Interest::READABLE)
+        {
             crate::log::warn(format_args!("cannot register a connection: {e}"));
             return;
         }
         self.accepted += 1;
-        let peer = Arc::new(Peer { ip: addr.ip().to_canonical().to_string(), port: addr.port() });
+        let peer = Arc::new(Peer {
+            ip: addr.ip().to_canonical().to_string(),
+            port: addr.port(),
+        });
         let buf = self.spare_bufs.pop().unwrap_or_default();
         let mut conn = Conn::new(stream, peer, buf);
         conn.deadline = self.timeouts.header.map(|t| Instant::now() + t);
@@ -259,7 +284,9 @@ impl EventLoop {
     }
 
     fn on_socket_event(&mut self, key: usize) {
-        let Some(conn) = self.conns.get_mut(key) else { return };
+        let Some(conn) = self.conns.get_mut(key) else {
+            return;
+        };
         conn.may_read = true;
         match conn.phase {
             Phase::Dispatched => {}
@@ -274,7 +301,9 @@ impl EventLoop {
 
     /// Parse and dispatch whatever the connection has.
     fn drive(&mut self, key: usize) {
-        let Some(conn) = self.conns.get_mut(key) else { return };
+        let Some(conn) = self.conns.get_mut(key) else {
+            return;
+        };
         let had_bytes = !conn.rbuf.is_empty();
         match conn.advance(&self.limits, &mut self.head_scratch) {
             Step::Wait => {
@@ -296,8 +325,14 @@ impl EventLoop {
     }
 
     fn dispatch(&mut self, key: usize, ready: Ready) {
-        let Some(conn) = self.conns.get_mut(key) else { return };
-        let Ready { head, body, consumed } = ready;
+        let Some(conn) = self.conns.get_mut(key) else {
+            return;
+        };
+        let Ready {
+            head,
+            body,
+            consumed,
+        } = ready;
         let cap = self.max_keepalive_requests;
         let keep_alive =
             head.keep_alive && self.drain_deadline.is_none() && (cap == 0 || conn.served + 1 < cap);
@@ -340,7 +375,9 @@ impl EventLoop {
         let Completion { job, outcome } = done;
         let key = job.token;
         self.recycle(job.buf, job.head);
-        let Some(conn) = self.conns.get_mut(key) else { return };
+        let Some(conn) = self.conns.get_mut(key) else {
+            return;
+        };
         conn.served += 1;
         if !outcome.keep_alive {
             self.linger_or_close(key);
@@ -382,19 +419,34 @@ impl EventLoop {
     }
 
     /// Answer from the loop itself, then close after the client goes away.
-    fn reply_and_linger(&mut self, key: usize, http_minor: u8, status: u16, text: &str, extra: &[(&[u8], &[u8])]) {
-        let Some(conn) = self.conns.get_mut(key) else { return };
+    fn reply_and_linger(
+        &mut self,
+        key: usize,
+        http_minor: u8,
+        status: u16,
+        text: &str,
+        extra: &[(&[u8], &[u8])],
+    ) {
+        let Some(conn) = self.conns.get_mut(key) else {
+            return;
+        };
         let mut out = Vec::with_capacity(256);
         response::simple(&mut out, http_minor, status, text, false, extra);
         let fd: RawFd = conn.stream.as_raw_fd();
-        let _ = super::exchange::write_all(fd, &mut [io::IoSlice::new(&out)], Some(Duration::from_millis(500)));
+        let _ = super::exchange::write_all(
+            fd,
+            &mut [io::IoSlice::new(&out)],
+            Some(Duration::from_millis(500)),
+        );
         self.linger_or_close(key);
     }
 
     /// Close our side; if the client may still be sending, read and
     /// discard for a while so our last response is not destroyed by a reset.
     fn linger_or_close(&mut self, key: usize) {
-        let Some(conn) = self.conns.get_mut(key) else { return };
+        let Some(conn) = self.conns.get_mut(key) else {
+            return;
+        };
         if conn.read_closed {
             self.close(key);
             return;
@@ -427,11 +479,19 @@ impl EventLoop {
             .map(|(k, _)| k)
             .collect();
         for key in expired {
-            let Some(conn) = self.conns.get(key) else { continue };
+            let Some(conn) = self.conns.get(key) else {
+                continue;
+            };
             match conn.phase {
                 Phase::Head if conn.rbuf.is_empty() && conn.served > 0 => self.close(key),
-                Phase::Head => self.refuse(key, HttpError::new(408, "request head not received in time")),
-                Phase::Body { .. } => self.refuse(key, HttpError::new(408, "request body not received in time")),
+                Phase::Head => self.refuse(
+                    key,
+                    HttpError::new(408, "request head not received in time"),
+                ),
+                Phase::Body { .. } => self.refuse(
+                    key,
+                    HttpError::new(408, "request body not received in time"),
+                ),
                 Phase::Linger => self.close(key),
                 Phase::Dispatched => {}
             }

@@ -107,7 +107,14 @@ impl<'a> Exchange<'a> {
             self.keep_alive = false;
         }
         self.scratch.clear();
-        response::write_head(self.scratch, self.http_minor, status, length, self.keep_alive, headers);
+        response::write_head(
+            self.scratch,
+            self.http_minor,
+            status,
+            length,
+            self.keep_alive,
+            headers,
+        );
         let remaining = match length {
             BodyLength::Sized(n) => n,
             _ => 0,
@@ -131,7 +138,10 @@ impl<'a> Exchange<'a> {
                 if take < data.len() {
                     self.keep_alive = false;
                 }
-                self.state = State::Open { length, remaining: remaining - take as u64 };
+                self.state = State::Open {
+                    length,
+                    remaining: remaining - take as u64,
+                };
                 self.send(&data[..take], b"")
             }
             BodyLength::Chunked => {
@@ -149,7 +159,11 @@ impl<'a> Exchange<'a> {
 
     pub fn finish(&mut self) -> i32 {
         let State::Open { length, remaining } = self.state else {
-            return if self.state == State::Done { abi::M0_OK } else { abi::M0_ERR_STATE };
+            return if self.state == State::Done {
+                abi::M0_OK
+            } else {
+                abi::M0_ERR_STATE
+            };
         };
         let cut_short = matches!(length, BodyLength::Sized(_)) && remaining > 0 && !self.is_head;
         let result = if length == BodyLength::Chunked && !self.is_head {
@@ -174,7 +188,9 @@ impl<'a> Exchange<'a> {
     pub fn conclude(&mut self, code: i32) -> Outcome {
         match (self.state, code) {
             (State::Idle, abi::M0_OK) => {
-                crate::log::warn(format_args!("the plugin returned without responding; answering 500"));
+                crate::log::warn(format_args!(
+                    "the plugin returned without responding; answering 500"
+                ));
                 self.send_error(500, "the application sent no response");
             }
             (State::Idle, _) => {
@@ -187,7 +203,10 @@ impl<'a> Exchange<'a> {
             (State::Open { .. }, _) => self.state = State::Broken,
             (State::Done | State::Broken, _) => {}
         }
-        Outcome { keep_alive: self.keep_alive && self.state == State::Done, status: self.status }
+        Outcome {
+            keep_alive: self.keep_alive && self.state == State::Done,
+            status: self.status,
+        }
     }
 
     fn send_error(&mut self, status: u16, text: &str) {
@@ -197,12 +216,20 @@ impl<'a> Exchange<'a> {
         response::simple(self.scratch, self.http_minor, status, text, keep_alive, &[]);
         if self.is_head {
             // HEAD: the same head, no body.
-            let head_end = self.scratch.windows(4).position(|w| w == b"\r\n\r\n").map_or(0, |p| p + 4);
+            let head_end = self
+                .scratch
+                .windows(4)
+                .position(|w| w == b"\r\n\r\n")
+                .map_or(0, |p| p + 4);
             self.scratch.truncate(head_end);
         }
         self.status = status;
         let result = self.send(b"", b"");
-        self.state = if result.is_ok() { State::Done } else { State::Broken };
+        self.state = if result.is_ok() {
+            State::Done
+        } else {
+            State::Broken
+        };
     }
 
     fn settle(&mut self, result: Result<(), i32>) -> i32 {
@@ -219,7 +246,11 @@ impl<'a> Exchange<'a> {
     /// vectored write when the socket takes it.
     fn send(&mut self, data: &[u8], tail: &[u8]) -> Result<(), i32> {
         let scratch = std::mem::take(self.scratch);
-        let mut slices = [IoSlice::new(&scratch), IoSlice::new(data), IoSlice::new(tail)];
+        let mut slices = [
+            IoSlice::new(&scratch),
+            IoSlice::new(data),
+            IoSlice::new(tail),
+        ];
         let total = (scratch.len() + data.len() + tail.len()) as u64;
         let result = write_all(self.fd, &mut slices, self.write_timeout);
         *self.scratch = scratch;
@@ -257,7 +288,11 @@ fn hex_len(mut n: usize, buf: &mut [u8; 18]) -> &[u8] {
 }
 
 /// Write every slice, waiting for the socket when it is full.
-pub fn write_all(fd: RawFd, mut slices: &mut [IoSlice<'_>], timeout: Option<Duration>) -> Result<(), i32> {
+pub fn write_all(
+    fd: RawFd,
+    mut slices: &mut [IoSlice<'_>],
+    timeout: Option<Duration>,
+) -> Result<(), i32> {
     IoSlice::advance_slices(&mut slices, 0);
     let deadline = timeout.map(|t| Instant::now() + t);
     while !slices.is_empty() {
@@ -282,7 +317,8 @@ fn wait_writable(fd: RawFd, deadline: Option<Instant>) -> Result<(), i32> {
                 if left.is_zero() {
                     return Err(abi::M0_ERR_WRITE_TIMEOUT);
                 }
-                PollTimeout::try_from(left.as_millis().min(60_000) as i32 + 1).unwrap_or(PollTimeout::MAX)
+                PollTimeout::try_from(left.as_millis().min(60_000) as i32 + 1)
+                    .unwrap_or(PollTimeout::MAX)
             }
         };
         // SAFETY: fd is the connection's socket, kept open by the loop while
@@ -293,7 +329,8 @@ fn wait_writable(fd: RawFd, deadline: Option<Instant>) -> Result<(), i32> {
             Ok(0) => continue,
             Ok(_) => {
                 let revents = fds[0].revents().unwrap_or(PollFlags::empty());
-                if revents.intersects(PollFlags::POLLERR | PollFlags::POLLHUP | PollFlags::POLLNVAL) {
+                if revents.intersects(PollFlags::POLLERR | PollFlags::POLLHUP | PollFlags::POLLNVAL)
+                {
                     return Err(abi::M0_ERR_DISCONNECTED);
                 }
                 return Ok(());

@@ -86,22 +86,33 @@ fn serve(cfg: &Config, setup: &WorkerSetup) -> Result<i32, (i32, String)> {
     // leaves instead of serving on unsupervised.
     let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGTERM);
     // SIGHUP is the supervisor's (reload); a worker notes and ignores it.
-    let signals = SignalPipe::install(&[Signal::SIGTERM, Signal::SIGINT, Signal::SIGQUIT, Signal::SIGHUP])
-        .map_err(|e| (1, format!("cannot install signal handlers: {e}")))?;
+    let signals = SignalPipe::install(&[
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGQUIT,
+        Signal::SIGHUP,
+    ])
+    .map_err(|e| (1, format!("cannot install signal handlers: {e}")))?;
 
     let plugin = Plugin::open(&setup.plugin_path).map_err(|e| (e.exit_code, e.message))?;
     // SAFETY: the supervisor handed us this listening socket's descriptor
     // (inherited across fork, or adopted by number after exec); we own it now.
     let std_listener = unsafe { std::net::TcpListener::from_raw_fd(setup.listener_fd) };
-    std_listener.set_nonblocking(true).map_err(|e| (1, format!("listener: {e}")))?;
-    let local = std_listener.local_addr().map_err(|e| (1, format!("listener: {e}")))?;
+    std_listener
+        .set_nonblocking(true)
+        .map_err(|e| (1, format!("listener: {e}")))?;
+    let local = std_listener
+        .local_addr()
+        .map_err(|e| (1, format!("listener: {e}")))?;
     let listener = mio::net::TcpListener::from_std(std_listener);
 
     let usable = crate::topology::usable_cpus();
     let plan = sizing::plan(&plugin.descriptor, cfg.cli.blocking_threads, usable);
     let server_ip = local.ip().to_string();
     let init_args = InitArgsOwned::new(cfg, setup, &plan, &server_ip, local.port());
-    let calls = plugin.init(&host::HOST, &init_args.args).map_err(|e| (e.exit_code, e.message))?;
+    let calls = plugin
+        .init(&host::HOST, &init_args.args)
+        .map_err(|e| (e.exit_code, e.message))?;
 
     let poll = mio::Poll::new().map_err(|e| (1, format!("cannot create the event loop: {e}")))?;
     let waker = mio::Waker::new(poll.registry(), event_loop::WAKER)
@@ -132,7 +143,9 @@ fn serve(cfg: &Config, setup: &WorkerSetup) -> Result<i32, (i32, String)> {
     if let Some(fd) = setup.ready_fd {
         announce_ready(fd, setup.index);
     }
-    let exit = event_loop.run().map_err(|e| (1, format!("event loop failed: {e}")))?;
+    let exit = event_loop
+        .run()
+        .map_err(|e| (1, format!("event loop failed: {e}")))?;
     let accepted = event_loop.accepted;
     let pool = event_loop.into_pool();
     finish(exit, pool, accepted)
@@ -142,10 +155,14 @@ fn finish(exit: Exit, mut pool: Pool, accepted: u64) -> Result<i32, (i32, String
     let completed = pool.stats().completed.load(Ordering::Relaxed);
     let code = match exit {
         Exit::Drained => 0,
-        Exit::Immediate if fatal_stop_requested() => return Err((1, "a handler thread could not start".into())),
+        Exit::Immediate if fatal_stop_requested() => {
+            return Err((1, "a handler thread could not start".into()));
+        }
         Exit::Immediate => return Ok(0),
         Exit::DeadlinePassed(n) => {
-            crate::log::warn(format_args!("graceful timeout reached with {n} request(s) still in flight"));
+            crate::log::warn(format_args!(
+                "graceful timeout reached with {n} request(s) still in flight"
+            ));
             1
         }
     };
@@ -158,7 +175,9 @@ fn finish(exit: Exit, mut pool: Pool, accepted: u64) -> Result<i32, (i32, String
     // shutdown_plugin is only safe once no thread is inside the plugin.
     if left == 0 {
         pool.shutdown_plugin();
-        crate::log::info(format_args!("drained: {accepted} connection(s) accepted, {completed} request(s) served"));
+        crate::log::info(format_args!(
+            "drained: {accepted} connection(s) accepted, {completed} request(s) served"
+        ));
     }
     Ok(code)
 }
@@ -179,8 +198,19 @@ struct InitArgsOwned {
 }
 
 impl InitArgsOwned {
-    fn new(cfg: &Config, setup: &WorkerSetup, plan: &sizing::PoolPlan, server_ip: &str, port: u16) -> InitArgsOwned {
-        let venv = cfg.cli.venv.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+    fn new(
+        cfg: &Config,
+        setup: &WorkerSetup,
+        plan: &sizing::PoolPlan,
+        server_ip: &str,
+        port: u16,
+    ) -> InitArgsOwned {
+        let venv = cfg
+            .cli
+            .venv
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
         let strings = vec![
             CString::new(cfg.cli.arg.clone().unwrap_or_default()).unwrap_or_default(),
             CString::new(cfg.cli.app_dir.display().to_string()).unwrap_or_default(),
@@ -202,6 +232,9 @@ impl InitArgsOwned {
         };
         // The views point into the CStrings' heap buffers, which do not move
         // when the Vec does.
-        InitArgsOwned { args, _strings: strings }
+        InitArgsOwned {
+            args,
+            _strings: strings,
+        }
     }
 }

@@ -139,7 +139,10 @@ impl Pool {
             write_timeout: settings.write_timeout,
             stats: Stats::default(),
         });
-        let mut pool = Pool { shared, handles: Vec::new() };
+        let mut pool = Pool {
+            shared,
+            handles: Vec::new(),
+        };
         pool.spawn_missing();
         pool
     }
@@ -283,7 +286,10 @@ fn handler_thread(shared: Arc<Shared>, index: u32) {
             crate::log::error(format_args!(
                 "the plugin's thread_start failed on handler thread {index} (code {code}); stopping the worker"
             ));
-            shared.stats.thread_start_failures.fetch_add(1, Ordering::Relaxed);
+            shared
+                .stats
+                .thread_start_failures
+                .fetch_add(1, Ordering::Relaxed);
             super::request_fatal_stop();
             let _ = shared.waker.wake();
             lock(&shared.queue).live -= 1;
@@ -313,9 +319,15 @@ fn handler_thread(shared: Arc<Shared>, index: u32) {
         };
         let Some(job) = job else { break };
         let started = Instant::now();
-        shared.stats.queue_wait_ns.fetch_add(duration_ns(started - job.queued_at), Ordering::Relaxed);
+        shared
+            .stats
+            .queue_wait_ns
+            .fetch_add(duration_ns(started - job.queued_at), Ordering::Relaxed);
         let outcome = serve(&shared, &job, index, &mut headers, &mut scratch);
-        shared.stats.service_ns.fetch_add(duration_ns(started.elapsed()), Ordering::Relaxed);
+        shared
+            .stats
+            .service_ns
+            .fetch_add(duration_ns(started.elapsed()), Ordering::Relaxed);
         shared.stats.completed.fetch_add(1, Ordering::Relaxed);
         lock(&shared.queue).busy -= 1;
         lock(&shared.done).push(Completion { job, outcome });
@@ -347,13 +359,23 @@ fn serve(
     let head = &job.head;
     let view = |span: Span| abi::M0Str::from_bytes(span.get(buf));
     headers.clear();
-    headers.extend(head.headers.iter().map(|&(n, v)| abi::M0Header { name: view(n), value: view(v) }));
+    headers.extend(head.headers.iter().map(|&(n, v)| abi::M0Header {
+        name: view(n),
+        value: view(v),
+    }));
     let body: &[u8] = match &job.body {
         Body::InBuffer(span) => span.get(buf),
         Body::Decoded(v) => v,
     };
-    let mut exchange =
-        Exchange::new(job.fd, head.http_minor, head.is_head_method, job.keep_alive, body, scratch, shared.write_timeout);
+    let mut exchange = Exchange::new(
+        job.fd,
+        head.http_minor,
+        head.is_head_method,
+        job.keep_alive,
+        body,
+        scratch,
+        shared.write_timeout,
+    );
     let exchange_ptr: *mut Exchange<'_> = &mut exchange;
     let request = abi::M0Request {
         size: std::mem::size_of::<abi::M0Request>() as u32,
@@ -365,8 +387,14 @@ fn serve(
         headers: headers.as_ptr(),
         header_count: headers.len(),
         content_length: body.len() as u64,
-        peer: abi::M0SockAddr { ip: abi::M0Str::from_bytes(job.peer.ip.as_bytes()), port: job.peer.port },
-        server: abi::M0SockAddr { ip: abi::M0Str::from_bytes(shared.server_ip.as_bytes()), port: shared.server_port },
+        peer: abi::M0SockAddr {
+            ip: abi::M0Str::from_bytes(job.peer.ip.as_bytes()),
+            port: job.peer.port,
+        },
+        server: abi::M0SockAddr {
+            ip: abi::M0Str::from_bytes(shared.server_ip.as_bytes()),
+            port: shared.server_port,
+        },
         worker_index: shared.worker_index,
         thread_index,
         host_data: exchange_ptr.cast::<c_void>(),
@@ -376,6 +404,12 @@ fn serve(
     // all alive until the call returns; the response handle is the exchange,
     // which the host functions cast back. The pool honours the plugin's
     // declared call model (see worker/mod.rs sizing).
-    let code = unsafe { (calls.handle)(calls.state, &request, exchange_ptr.cast::<abi::M0Response>()) };
+    let code = unsafe {
+        (calls.handle)(
+            calls.state,
+            &request,
+            exchange_ptr.cast::<abi::M0Response>(),
+        )
+    };
     exchange.conclude(code)
 }

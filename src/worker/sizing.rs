@@ -30,11 +30,20 @@ pub fn plan(desc: &Descriptor, configured: Option<u32>, usable_cpus: usize) -> P
         let n = n as usize;
         let size = n.min(cap).max(1);
         let reason = if size < n {
-            format!("configured {n}, capped at {size} by the plugin's {} call model", desc.call_model_name())
+            format!(
+                "configured {n}, capped at {size} by the plugin's {} call model",
+                desc.call_model_name()
+            )
         } else {
             "configured with --blocking-threads".to_string()
         };
-        return PoolPlan { initial: size, min: size, max: size, adaptive: false, reason };
+        return PoolPlan {
+            initial: size,
+            min: size,
+            max: size,
+            adaptive: false,
+            reason,
+        };
     }
     if cap == 1 {
         return PoolPlan {
@@ -42,15 +51,22 @@ pub fn plan(desc: &Descriptor, configured: Option<u32>, usable_cpus: usize) -> P
             min: 1,
             max: 1,
             adaptive: false,
-            reason: format!("the plugin is {}: one call at a time", desc.call_model_name()),
+            reason: format!(
+                "the plugin is {}: one call at a time",
+                desc.call_model_name()
+            ),
         };
     }
     let max = ADAPTIVE_MAX.min(cap);
     let (initial, why) = match desc.process_lock {
-        ProcessLock::Held => (2, "the plugin holds a process-wide lock for each call".to_string()),
-        ProcessLock::Released => {
-            (usable_cpus.max(2), format!("the plugin releases its lock; {usable_cpus} usable CPUs"))
-        }
+        ProcessLock::Held => (
+            2,
+            "the plugin holds a process-wide lock for each call".to_string(),
+        ),
+        ProcessLock::Released => (
+            usable_cpus.max(2),
+            format!("the plugin releases its lock; {usable_cpus} usable CPUs"),
+        ),
         ProcessLock::None => {
             let per_call = desc.compute_threads.max(1) as usize;
             (
@@ -60,7 +76,13 @@ pub fn plan(desc: &Descriptor, configured: Option<u32>, usable_cpus: usize) -> P
         }
     };
     let initial = initial.min(max).max(1);
-    PoolPlan { initial, min: 1, max, adaptive: true, reason: format!("adaptive from {initial}: {why}") }
+    PoolPlan {
+        initial,
+        min: 1,
+        max,
+        adaptive: true,
+        reason: format!("adaptive from {initial}: {why}"),
+    }
 }
 
 #[cfg(test)]
@@ -94,9 +116,18 @@ mod tests {
 
     #[test]
     fn native_reentrant_starts_at_cpus_over_compute_threads() {
-        assert_eq!(plan(&desc(CallModel::Reentrant, ProcessLock::None, 1), None, 8).initial, 8);
-        assert_eq!(plan(&desc(CallModel::Reentrant, ProcessLock::None, 4), None, 8).initial, 2);
-        assert_eq!(plan(&desc(CallModel::Reentrant, ProcessLock::None, 4), None, 2).initial, 1);
+        assert_eq!(
+            plan(&desc(CallModel::Reentrant, ProcessLock::None, 1), None, 8).initial,
+            8
+        );
+        assert_eq!(
+            plan(&desc(CallModel::Reentrant, ProcessLock::None, 4), None, 8).initial,
+            2
+        );
+        assert_eq!(
+            plan(&desc(CallModel::Reentrant, ProcessLock::None, 4), None, 2).initial,
+            1
+        );
     }
 
     #[test]
@@ -109,7 +140,11 @@ mod tests {
 
     #[test]
     fn configured_fixes_the_size() {
-        let p = plan(&desc(CallModel::Reentrant, ProcessLock::Held, 1), Some(8), 2);
+        let p = plan(
+            &desc(CallModel::Reentrant, ProcessLock::Held, 1),
+            Some(8),
+            2,
+        );
         assert_eq!((p.initial, p.min, p.max, p.adaptive), (8, 8, 8, false));
     }
 }

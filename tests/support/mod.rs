@@ -432,7 +432,15 @@ pub fn scratch_dir(name: &str) -> PathBuf {
 /// Compile C with the flags the header promises to be clean under.
 pub fn cc(args: &[&str], out: &std::path::Path) {
     let status = Command::new("cc")
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-fvisibility=hidden", "-I"])
+        .args([
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-fPIC",
+            "-fvisibility=hidden",
+            "-I",
+        ])
         .arg(repo_root().join("include"))
         .args(args)
         .arg("-o")
