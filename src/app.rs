@@ -33,7 +33,7 @@ pub fn main() -> i32 {
     if cfg.cli.doctor {
         return crate::doctor::run(&cfg);
     }
-    let mut findings = checks::run(&cfg);
+    let mut findings = checks::run(&cfg, false);
     for warning in findings.checks.iter().filter(|c| c.warning) {
         crate::log::warn(format_args!(
             "{}; {}",

@@ -76,6 +76,8 @@ pub struct Findings {
     pub mode: Option<(Mode, String)>,
     pub pool: Option<PoolPlan>,
     pub usable_cpus: usize,
+    /// What the plugin logged while the doctor's probe ran its init.
+    pub plugin_log: String,
 }
 
 impl Findings {
@@ -97,7 +99,9 @@ impl Findings {
 
 /// Run every check up to the first failure. The port check is left to the
 /// caller: the server binds for real, the doctor binds and releases.
-pub fn run(cfg: &Config) -> Findings {
+/// `with_init` (the doctor) also runs the plugin's init in the probe; the
+/// server's workers run it for real and exit with the same code.
+pub fn run(cfg: &Config, with_init: bool) -> Findings {
     let cli = &cfg.cli;
     let mut f = Findings {
         usable_cpus: crate::topology::usable_cpus(),
@@ -174,7 +178,17 @@ pub fn run(cfg: &Config) -> Findings {
     ));
     f.plugin_path = Some(path.clone());
 
-    let descriptor = match probe::probe(&path, PROBE_TIMEOUT) {
+    let report = if with_init {
+        probe::probe_with_init(&path, PROBE_TIMEOUT)
+    } else {
+        probe::Report {
+            descriptor: probe::probe(&path, PROBE_TIMEOUT),
+            init: None,
+            log: String::new(),
+        }
+    };
+    f.plugin_log = report.log;
+    let descriptor = match report.descriptor {
         Ok(d) => d,
         Err(e) => {
             f.push(Check::fail(
@@ -193,6 +207,25 @@ pub fn run(cfg: &Config) -> Findings {
             descriptor.name, descriptor.version, descriptor.abi_major, descriptor.abi_minor
         ),
     ));
+    match report.init {
+        Some(Err(e)) => {
+            let fix = if e.exit_code == 78 {
+                "change the configuration the plugin names"
+            } else {
+                "fix the application or its arguments"
+            };
+            f.push(Check::fail("plugin-init", e.exit_code, e.message, fix));
+            f.descriptor = Some(descriptor);
+            return f;
+        }
+        Some(Ok(())) => {
+            f.push(Check::pass(
+                "plugin-init",
+                "the plugin started in a throwaway process",
+            ));
+        }
+        None => {}
+    }
 
     let mode = if cli.spawn_workers {
         (Mode::Spawn, "--spawn-workers".to_string())

@@ -18,7 +18,7 @@ pub fn header_fingerprint() -> String {
 }
 
 pub fn run(cfg: &Config) -> i32 {
-    let mut findings = checks::run(cfg);
+    let mut findings = checks::run(cfg, true);
     if findings.failure().is_none()
         && let Some(addr) = findings.addr
     {
@@ -82,6 +82,23 @@ fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
         }
     }
     j.end_object();
+
+    if let Some(facts) = f.plugin_log.lines().find_map(|l| l.split("wsgi-facts: ").nth(1)) {
+        j.begin_object(Some("python"));
+        for pair in facts.split('\t') {
+            if let Some((k, v)) = pair.split_once('=') {
+                match k {
+                    "venv" | "libpython" if v.is_empty() => j.null(k),
+                    _ => j.str(k, v),
+                };
+            }
+        }
+        let imported = f.checks.iter().any(|c| c.name == "plugin-init" && c.ok);
+        j.bool("app_imports", imported).end_object();
+    } else if f.descriptor.as_ref().is_some_and(|d| d.name == "wsgi") {
+        let imported = f.checks.iter().any(|c| c.name == "plugin-init" && c.ok);
+        j.begin_object(Some("python")).bool("app_imports", imported).end_object();
+    }
 
     j.begin_object(Some("topology"))
         .num("online_cpus", crate::topology::online_cpus())

@@ -3,49 +3,110 @@
 //! The supervisor must never load application code, and the doctor must
 //! survive a plugin that crashes or hangs when opened. Both run this binary
 //! again as a throwaway child (`M0_PROBE_PLUGIN=path`), which opens the
-//! plugin, prints its descriptor as `key=value` lines and exits.
+//! plugin, prints its descriptor as `key=value` lines and exits. For the
+//! doctor the child also runs the plugin's init with the real arguments
+//! (`M0_PROBE_INIT=1`), so an application that fails to import is found
+//! without serving anything.
 
 use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use clap::Parser;
+
 use super::descriptor::Descriptor;
 use super::loader::{EXIT_STARTUP, Plugin, PluginError};
 
 pub const PROBE_ENV: &str = "M0_PROBE_PLUGIN";
+pub const PROBE_INIT_ENV: &str = "M0_PROBE_INIT";
+
+/// What a probe found.
+pub struct Report {
+    pub descriptor: Result<Descriptor, PluginError>,
+    /// With init: its outcome.
+    pub init: Option<Result<(), PluginError>>,
+    /// What the plugin logged (stderr of the child).
+    pub log: String,
+}
 
 /// In the probe child: report and exit.
 pub fn run_child(path: &Path) -> ! {
-    let code = match Plugin::open(path) {
-        Ok(plugin) => {
-            print!("{}", plugin.descriptor.to_lines());
-            0
-        }
+    let plugin = match Plugin::open(path) {
+        Ok(plugin) => plugin,
         Err(e) => {
             println!("error={}", e.message.replace('\n', " "));
-            e.exit_code
+            crate::worker::exit_now(e.exit_code)
         }
     };
-    crate::worker::exit_now(code)
+    print!("{}", plugin.descriptor.to_lines());
+    if std::env::var_os(PROBE_INIT_ENV).is_some() {
+        match init_in_child(&plugin) {
+            Ok(()) => println!("init=ok"),
+            Err(e) => println!("init_error={}\t{}", e.exit_code, e.message.replace('\n', " | ")),
+        }
+    }
+    crate::worker::exit_now(0)
+}
+
+fn init_in_child(plugin: &Plugin) -> Result<(), PluginError> {
+    let cli = crate::config::Cli::try_parse()
+        .map_err(|e| PluginError { exit_code: 2, message: e.to_string() })?;
+    let cfg = crate::config::Config::from_cli(cli);
+    let usable = crate::topology::usable_cpus();
+    let plan = crate::worker::sizing::plan(&plugin.descriptor, cfg.cli.blocking_threads, usable);
+    let host = cfg.cli.host.clone();
+    let args = crate::worker::InitArgsOwned::new(&cfg, 0, false, &plan, &host, cfg.cli.port);
+    plugin.init(&super::host::HOST, &args.args).map(|_| ())
 }
 
 /// Probe `path` in a child, waiting at most `timeout`.
 pub fn probe(path: &Path, timeout: Duration) -> Result<Descriptor, PluginError> {
-    let exe = std::env::current_exe().map_err(|e| PluginError {
-        exit_code: EXIT_STARTUP,
-        message: format!("cannot find this binary: {e}"),
-    })?;
-    let mut child = Command::new(exe)
-        .env(PROBE_ENV, path)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|e| PluginError {
-            exit_code: EXIT_STARTUP,
-            message: format!("cannot start the plugin probe: {e}"),
-        })?;
+    run_probe(path, timeout, false).descriptor
+}
+
+/// Probe and run init with this process's arguments (for the doctor).
+pub fn probe_with_init(path: &Path, timeout: Duration) -> Report {
+    run_probe(path, timeout, true)
+}
+
+fn run_probe(path: &Path, timeout: Duration, with_init: bool) -> Report {
+    let fail = |message: String| Report {
+        descriptor: Err(PluginError { exit_code: EXIT_STARTUP, message }),
+        init: None,
+        log: String::new(),
+    };
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => return fail(format!("cannot find this binary: {e}")),
+    };
+    let mut cmd = Command::new(exe);
+    cmd.env(PROBE_ENV, path).stdin(Stdio::null()).stdout(Stdio::piped());
+    if with_init {
+        cmd.env(PROBE_INIT_ENV, "1").args(std::env::args_os().skip(1)).stderr(Stdio::piped());
+    } else {
+        cmd.stderr(Stdio::inherit());
+    }
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => return fail(format!("cannot start the plugin probe: {e}")),
+    };
+    // Read stderr on a thread so a chatty plugin cannot fill the pipe.
+    let stderr_reader = child.stderr.take().map(|mut err| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = err.read_to_string(&mut text);
+            text
+        })
+    });
+    let mut stdout = child.stdout.take();
+    let stdout_reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        if let Some(out) = stdout.as_mut() {
+            let _ = out.read_to_string(&mut text);
+        }
+        text
+    });
     let deadline = Instant::now() + timeout;
     let status = loop {
         match child.try_wait() {
@@ -54,47 +115,46 @@ pub fn probe(path: &Path, timeout: Duration) -> Result<Descriptor, PluginError> 
             _ => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(PluginError {
-                    exit_code: EXIT_STARTUP,
-                    message: format!(
-                        "plugin {} did not finish loading within {} s (probed in a child process)",
-                        path.display(),
-                        timeout.as_secs()
-                    ),
-                });
+                return fail(format!(
+                    "plugin {} did not finish loading within {} s (probed in a child process)",
+                    path.display(),
+                    timeout.as_secs()
+                ));
             }
         }
     };
-    let mut text = String::new();
-    if let Some(mut out) = child.stdout.take() {
-        let _ = out.read_to_string(&mut text);
-    }
+    let text = stdout_reader.join().unwrap_or_default();
+    let log = stderr_reader.and_then(|h| h.join().ok()).unwrap_or_default();
     if let Some(message) = text.lines().find_map(|l| l.strip_prefix("error=")) {
-        return Err(PluginError {
-            exit_code: status.code().unwrap_or(EXIT_STARTUP),
-            message: message.to_string(),
-        });
+        let exit_code = status.code().unwrap_or(EXIT_STARTUP);
+        return Report { descriptor: Err(PluginError { exit_code, message: message.to_string() }), init: None, log };
     }
-    if let Some(d) = status
-        .success()
-        .then(|| Descriptor::from_lines(&text))
-        .flatten()
-    {
-        return Ok(d);
+    let descriptor = Descriptor::from_lines(&text);
+    let init = text.lines().find_map(|l| {
+        if l == "init=ok" {
+            return Some(Ok(()));
+        }
+        let (code, message) = l.strip_prefix("init_error=")?.split_once('\t')?;
+        Some(Err(PluginError { exit_code: code.parse().unwrap_or(EXIT_STARTUP), message: message.to_string() }))
+    });
+    match descriptor {
+        Some(d) if status.success() || init.is_some() => Report { descriptor: Ok(d), init, log },
+        _ => {
+            let how = match (status.code(), std::os::unix::process::ExitStatusExt::signal(&status)) {
+                (_, Some(sig)) => format!("was killed by signal {sig}"),
+                (Some(code), _) => format!("exited with status {code}"),
+                _ => "ended abnormally".to_string(),
+            };
+            let stage = if descriptor.is_some() { "starting" } else { "loading" };
+            let message = format!("plugin {} crashed while {stage}: the probe process {how}", path.display());
+            match descriptor {
+                Some(d) => Report {
+                    descriptor: Ok(d),
+                    init: Some(Err(PluginError { exit_code: EXIT_STARTUP, message })),
+                    log,
+                },
+                None => Report { descriptor: Err(PluginError { exit_code: EXIT_STARTUP, message }), init: None, log },
+            }
+        }
     }
-    let how = match (
-        status.code(),
-        std::os::unix::process::ExitStatusExt::signal(&status),
-    ) {
-        (_, Some(sig)) => format!("was killed by signal {sig}"),
-        (Some(code), _) => format!("exited with status {code}"),
-        _ => "ended abnormally".to_string(),
-    };
-    Err(PluginError {
-        exit_code: EXIT_STARTUP,
-        message: format!(
-            "plugin {} crashed while loading: the probe process {how}",
-            path.display()
-        ),
-    })
 }

@@ -109,7 +109,7 @@ fn serve(cfg: &Config, setup: &WorkerSetup) -> Result<i32, (i32, String)> {
     let usable = crate::topology::usable_cpus();
     let plan = sizing::plan(&plugin.descriptor, cfg.cli.blocking_threads, usable);
     let server_ip = local.ip().to_string();
-    let init_args = InitArgsOwned::new(cfg, setup, &plan, &server_ip, local.port());
+    let init_args = InitArgsOwned::new(cfg, setup.index, setup.spawned, &plan, &server_ip, local.port());
     let calls = plugin
         .init(&host::HOST, &init_args.args)
         .map_err(|e| (e.exit_code, e.message))?;
@@ -192,15 +192,16 @@ fn announce_ready(fd: RawFd, index: u32) {
 }
 
 /// `M0InitArgs` and the strings it points into.
-struct InitArgsOwned {
-    args: abi::M0InitArgs,
+pub struct InitArgsOwned {
+    pub args: abi::M0InitArgs,
     _strings: Vec<CString>,
 }
 
 impl InitArgsOwned {
-    fn new(
+    pub fn new(
         cfg: &Config,
-        setup: &WorkerSetup,
+        index: u32,
+        spawned: bool,
         plan: &sizing::PoolPlan,
         server_ip: &str,
         port: u16,
@@ -220,11 +221,11 @@ impl InitArgsOwned {
         let view = |i: usize| abi::M0Str::from_bytes(strings[i].as_bytes());
         let args = abi::M0InitArgs {
             size: std::mem::size_of::<abi::M0InitArgs>() as u32,
-            worker_index: setup.index,
-            workers: setup.workers,
+            worker_index: index,
+            workers: cfg.cli.workers,
             handler_threads: plan.initial as u32,
             max_handler_threads: plan.max as u32,
-            spawned: u32::from(setup.spawned),
+            spawned: u32::from(spawned),
             arg: view(0),
             app_dir: view(1),
             venv: view(2),

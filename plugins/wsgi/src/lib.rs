@@ -293,6 +293,19 @@ unsafe fn init(host: &'static Host, args: *const M0InitArgs) -> Result<AppState,
             if multithread { "True" } else { "False" },
             if multiprocess { "True" } else { "False" },
         );
+        // The same facts, one tab-separated key=value line, for --doctor.
+        let facts = format!(
+            "wsgi-facts: version={}\tlibpython={}\texecutable={}\tprefix={}\tbase_prefix={}\tvenv={}\tapp={}\tresolved={}",
+            attr("version").replace(['\n', '\t'], " "),
+            libpython.as_deref().map(|p| p.display().to_string()).unwrap_or_default(),
+            attr("executable"),
+            attr("prefix"),
+            attr("base_prefix"),
+            setup.venv.as_deref().map(|v| v.display().to_string()).unwrap_or_default(),
+            spec.display(),
+            app.repr().map(|r| r.to_string()).unwrap_or_default().replace(['\n', '\t'], " "),
+        );
+        let about = format!("{about}\n{facts}");
         let name_port = (server_port != 0).then(|| {
             (
                 PyString::new(py, &server_ip).unbind(),
@@ -320,7 +333,9 @@ unsafe fn init(host: &'static Host, args: *const M0InitArgs) -> Result<AppState,
         unsafe { ffi::PyEval_SaveThread() };
     }
     let (app, about) = loaded?;
-    host.info(&about);
+    for line in about.lines() {
+        host.info(line);
+    }
     Ok(app)
 }
 
