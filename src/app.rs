@@ -21,9 +21,18 @@ pub fn main() -> i32 {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
-            let _ = e.print();
             // --help and --version are not errors.
-            return if e.use_stderr() { 2 } else { 0 };
+            if !e.use_stderr() {
+                let _ = e.print();
+                return 0;
+            }
+            if std::env::args_os().any(|a| a == "--doctor") {
+                // The doctor still answers in JSON, with the usage error as
+                // its failed check.
+                println!("{}", crate::doctor::usage_report(&e.to_string()));
+            }
+            let _ = e.print();
+            return 2;
         }
     };
     let cfg = Config::from_cli(cli);

@@ -33,14 +33,7 @@ pub fn run(cfg: &Config) -> i32 {
     exit
 }
 
-fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
-    let cli = &cfg.cli;
-    let mut j = Json::new();
-    j.begin_object(None)
-        .str("m0serve", env!("CARGO_PKG_VERSION"))
-        .bool("ok", exit == 0)
-        .num("exit", exit);
-
+fn build_section(j: &mut Json) {
     j.begin_object(Some("build"))
         .str("version", env!("CARGO_PKG_VERSION"))
         .str("os", std::env::consts::OS)
@@ -49,6 +42,39 @@ fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
         .num("abi_minor", m0serve_abi::M0_ABI_MINOR)
         .str("header_fingerprint", &header_fingerprint())
         .end_object();
+}
+
+/// The report for arguments that did not parse: exit 2, one failed check.
+pub fn usage_report(error: &str) -> String {
+    let mut j = Json::new();
+    j.begin_object(None)
+        .str("m0serve", env!("CARGO_PKG_VERSION"))
+        .bool("ok", false)
+        .num("exit", 2);
+    build_section(&mut j);
+    j.null("plugin").null("topology").null("server");
+    j.begin_array("checks")
+        .begin_object(None)
+        .str("name", "usage")
+        .bool("ok", false)
+        .str("detail", error.lines().next().unwrap_or("").trim())
+        .str("fix", "see m0serve --help")
+        .num("exit", 2)
+        .end_object()
+        .end_array()
+        .end_object();
+    j.finish()
+}
+
+fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
+    let cli = &cfg.cli;
+    let mut j = Json::new();
+    j.begin_object(None)
+        .str("m0serve", env!("CARGO_PKG_VERSION"))
+        .bool("ok", exit == 0)
+        .num("exit", exit);
+
+    build_section(&mut j);
 
     j.begin_object(Some("plugin"))
         .opt_str("requested", cli.plugin.as_deref());
@@ -83,7 +109,11 @@ fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
     }
     j.end_object();
 
-    if let Some(facts) = f.plugin_log.lines().find_map(|l| l.split("wsgi-facts: ").nth(1)) {
+    if let Some(facts) = f
+        .plugin_log
+        .lines()
+        .find_map(|l| l.split("wsgi-facts: ").nth(1))
+    {
         j.begin_object(Some("python"));
         for pair in facts.split('\t') {
             if let Some((k, v)) = pair.split_once('=') {
@@ -97,7 +127,9 @@ fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
         j.bool("app_imports", imported).end_object();
     } else if f.descriptor.as_ref().is_some_and(|d| d.name == "wsgi") {
         let imported = f.checks.iter().any(|c| c.name == "plugin-init" && c.ok);
-        j.begin_object(Some("python")).bool("app_imports", imported).end_object();
+        j.begin_object(Some("python"))
+            .bool("app_imports", imported)
+            .end_object();
     }
 
     j.begin_object(Some("topology"))

@@ -43,15 +43,21 @@ pub fn run_child(path: &Path) -> ! {
     if std::env::var_os(PROBE_INIT_ENV).is_some() {
         match init_in_child(&plugin) {
             Ok(()) => println!("init=ok"),
-            Err(e) => println!("init_error={}\t{}", e.exit_code, e.message.replace('\n', " | ")),
+            Err(e) => println!(
+                "init_error={}\t{}",
+                e.exit_code,
+                e.message.replace('\n', " | ")
+            ),
         }
     }
     crate::worker::exit_now(0)
 }
 
 fn init_in_child(plugin: &Plugin) -> Result<(), PluginError> {
-    let cli = crate::config::Cli::try_parse()
-        .map_err(|e| PluginError { exit_code: 2, message: e.to_string() })?;
+    let cli = crate::config::Cli::try_parse().map_err(|e| PluginError {
+        exit_code: 2,
+        message: e.to_string(),
+    })?;
     let cfg = crate::config::Config::from_cli(cli);
     let usable = crate::topology::usable_cpus();
     let plan = crate::worker::sizing::plan(&plugin.descriptor, cfg.cli.blocking_threads, usable);
@@ -72,7 +78,10 @@ pub fn probe_with_init(path: &Path, timeout: Duration) -> Report {
 
 fn run_probe(path: &Path, timeout: Duration, with_init: bool) -> Report {
     let fail = |message: String| Report {
-        descriptor: Err(PluginError { exit_code: EXIT_STARTUP, message }),
+        descriptor: Err(PluginError {
+            exit_code: EXIT_STARTUP,
+            message,
+        }),
         init: None,
         log: String::new(),
     };
@@ -81,9 +90,13 @@ fn run_probe(path: &Path, timeout: Duration, with_init: bool) -> Report {
         Err(e) => return fail(format!("cannot find this binary: {e}")),
     };
     let mut cmd = Command::new(exe);
-    cmd.env(PROBE_ENV, path).stdin(Stdio::null()).stdout(Stdio::piped());
+    cmd.env(PROBE_ENV, path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped());
     if with_init {
-        cmd.env(PROBE_INIT_ENV, "1").args(std::env::args_os().skip(1)).stderr(Stdio::piped());
+        cmd.env(PROBE_INIT_ENV, "1")
+            .args(std::env::args_os().skip(1))
+            .stderr(Stdio::piped());
     } else {
         cmd.stderr(Stdio::inherit());
     }
@@ -124,10 +137,19 @@ fn run_probe(path: &Path, timeout: Duration, with_init: bool) -> Report {
         }
     };
     let text = stdout_reader.join().unwrap_or_default();
-    let log = stderr_reader.and_then(|h| h.join().ok()).unwrap_or_default();
+    let log = stderr_reader
+        .and_then(|h| h.join().ok())
+        .unwrap_or_default();
     if let Some(message) = text.lines().find_map(|l| l.strip_prefix("error=")) {
         let exit_code = status.code().unwrap_or(EXIT_STARTUP);
-        return Report { descriptor: Err(PluginError { exit_code, message: message.to_string() }), init: None, log };
+        return Report {
+            descriptor: Err(PluginError {
+                exit_code,
+                message: message.to_string(),
+            }),
+            init: None,
+            log,
+        };
     }
     let descriptor = Descriptor::from_lines(&text);
     let init = text.lines().find_map(|l| {
@@ -135,25 +157,52 @@ fn run_probe(path: &Path, timeout: Duration, with_init: bool) -> Report {
             return Some(Ok(()));
         }
         let (code, message) = l.strip_prefix("init_error=")?.split_once('\t')?;
-        Some(Err(PluginError { exit_code: code.parse().unwrap_or(EXIT_STARTUP), message: message.to_string() }))
+        Some(Err(PluginError {
+            exit_code: code.parse().unwrap_or(EXIT_STARTUP),
+            message: message.to_string(),
+        }))
     });
     match descriptor {
-        Some(d) if status.success() || init.is_some() => Report { descriptor: Ok(d), init, log },
+        Some(d) if status.success() || init.is_some() => Report {
+            descriptor: Ok(d),
+            init,
+            log,
+        },
         _ => {
-            let how = match (status.code(), std::os::unix::process::ExitStatusExt::signal(&status)) {
+            let how = match (
+                status.code(),
+                std::os::unix::process::ExitStatusExt::signal(&status),
+            ) {
                 (_, Some(sig)) => format!("was killed by signal {sig}"),
                 (Some(code), _) => format!("exited with status {code}"),
                 _ => "ended abnormally".to_string(),
             };
-            let stage = if descriptor.is_some() { "starting" } else { "loading" };
-            let message = format!("plugin {} crashed while {stage}: the probe process {how}", path.display());
+            let stage = if descriptor.is_some() {
+                "starting"
+            } else {
+                "loading"
+            };
+            let message = format!(
+                "plugin {} crashed while {stage}: the probe process {how}",
+                path.display()
+            );
             match descriptor {
                 Some(d) => Report {
                     descriptor: Ok(d),
-                    init: Some(Err(PluginError { exit_code: EXIT_STARTUP, message })),
+                    init: Some(Err(PluginError {
+                        exit_code: EXIT_STARTUP,
+                        message,
+                    })),
                     log,
                 },
-                None => Report { descriptor: Err(PluginError { exit_code: EXIT_STARTUP, message }), init: None, log },
+                None => Report {
+                    descriptor: Err(PluginError {
+                        exit_code: EXIT_STARTUP,
+                        message,
+                    }),
+                    init: None,
+                    log,
+                },
             }
         }
     }

@@ -109,7 +109,14 @@ fn serve(cfg: &Config, setup: &WorkerSetup) -> Result<i32, (i32, String)> {
     let usable = crate::topology::usable_cpus();
     let plan = sizing::plan(&plugin.descriptor, cfg.cli.blocking_threads, usable);
     let server_ip = local.ip().to_string();
-    let init_args = InitArgsOwned::new(cfg, setup.index, setup.spawned, &plan, &server_ip, local.port());
+    let init_args = InitArgsOwned::new(
+        cfg,
+        setup.index,
+        setup.spawned,
+        &plan,
+        &server_ip,
+        local.port(),
+    );
     let calls = plugin
         .init(&host::HOST, &init_args.args)
         .map_err(|e| (e.exit_code, e.message))?;

@@ -1,0 +1,346 @@
+//! `--doctor ARGS` and `ARGS` agree on the exit code, over a matrix of
+//! argument sets; the doctor's JSON has the documented keys; the doctor
+//! never listens.
+
+mod support;
+#[path = "wsgi_http.rs"]
+mod wsgi_http;
+
+use std::net::TcpListener;
+use std::process::Command;
+use std::time::Duration;
+
+use support::{Server, bad_plugin, binary, plugin, repo_root};
+
+const TOP_KEYS: [&str; 9] = [
+    "m0serve", "ok", "exit", "build", "plugin", "topology", "server", "checks", "exit",
+];
+
+fn cmd(args: &[String]) -> Command {
+    let mut c = Command::new(binary());
+    c.args(args)
+        .env_remove("M0_WORKERS")
+        .env_remove("M0_BLOCKING_THREADS");
+    c
+}
+
+/// Run the doctor: (exit code, parsed JSON).
+fn doctor(args: &[String]) -> (i32, serde_json::Value) {
+    let out = cmd(args).arg("--doctor").output().expect("run --doctor");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let json: serde_json::Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| {
+        panic!(
+            "--doctor {args:?} printed no JSON ({e}):\n{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().unwrap_or(-1), json)
+}
+
+/// Run the server: its exit code, or 0 when it came up and served (then it
+/// is stopped with SIGTERM and must exit 0).
+fn server(args: &[String]) -> i32 {
+    match Server::try_start(cmd(args)) {
+        Ok(mut s) => {
+            assert_eq!(
+                support::get(s.addr, "/").status / 100 == 5,
+                false,
+                "server for {args:?} answered 5xx"
+            );
+            s.signal(libc::SIGTERM);
+            let status = s
+                .wait_exit(Duration::from_secs(30))
+                .expect("server stops on SIGTERM");
+            status.code().unwrap_or(-1)
+        }
+        Err((log, status)) => status
+            .and_then(|s| s.code())
+            .unwrap_or_else(|| panic!("no exit for {args:?}:\n{log}")),
+    }
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn doctor_and_server_exit_with_the_same_code_over_a_matrix() {
+    let hello = plugin("hello_c").display().to_string();
+    let wsgi = wsgi_http::plugin().display().to_string();
+    let apps = repo_root().join("tests/apps").display().to_string();
+    let major2 = bad_plugin("doctor_major2", &["-DABI_MAJOR=2"])
+        .display()
+        .to_string();
+    let crashes = bad_plugin("doctor_crashes", &["-DCRASH_AT_LOAD"])
+        .display()
+        .to_string();
+    let refuses = bad_plugin("doctor_refuses", &["-DINIT_REFUSES"])
+        .display()
+        .to_string();
+    let fails = bad_plugin("doctor_fails", &["-DINIT_FAILS"])
+        .display()
+        .to_string();
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_port = taken.local_addr().unwrap().port().to_string();
+    let local = ["--host", "127.0.0.1", "--port", "0"];
+    let with = |extra: &[&str]| -> Vec<String> {
+        local.iter().chain(extra).map(|s| s.to_string()).collect()
+    };
+
+    let matrix: Vec<(&str, Vec<String>, i32)> = vec![
+        ("hello", with(&["--plugin", &hello]), 0),
+        (
+            "two workers",
+            with(&["--plugin", &hello, "--workers", "2"]),
+            0,
+        ),
+        (
+            "spawn",
+            with(&["--plugin", &hello, "--workers", "2", "--spawn-workers"]),
+            0,
+        ),
+        (
+            "fixed pool",
+            with(&["--plugin", &hello, "--blocking-threads", "4"]),
+            0,
+        ),
+        (
+            "wsgi app",
+            with(&[
+                "--plugin",
+                &wsgi,
+                "--app-dir",
+                &apps,
+                "conformance:application",
+            ]),
+            0,
+        ),
+        ("no plugin", with(&[]), 2),
+        (
+            "bad port",
+            strings(&["--plugin", &hello, "--port", "80eighty"]),
+            2,
+        ),
+        (
+            "zero workers",
+            with(&["--plugin", &hello, "--workers", "0"]),
+            2,
+        ),
+        (
+            "bad size",
+            with(&["--plugin", &hello, "--max-body", "4x"]),
+            2,
+        ),
+        (
+            "bad host",
+            strings(&["--plugin", &hello, "--host", "not-an-ip", "--port", "0"]),
+            2,
+        ),
+        ("missing plugin", with(&["--plugin", "no_such_plugin"]), 1),
+        (
+            "missing app dir",
+            with(&["--plugin", &hello, "--app-dir", "/nonexistent/dir"]),
+            1,
+        ),
+        ("another ABI major", with(&["--plugin", &major2]), 78),
+        ("crashes at load", with(&["--plugin", &crashes]), 1),
+        ("init refuses", with(&["--plugin", &refuses]), 78),
+        ("init fails", with(&["--plugin", &fails]), 1),
+        (
+            "app fails to import",
+            with(&[
+                "--plugin",
+                &wsgi,
+                "--app-dir",
+                &apps,
+                "broken_import:application",
+            ]),
+            1,
+        ),
+        (
+            "port in use",
+            strings(&[
+                "--plugin",
+                &hello,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                &taken_port,
+            ]),
+            1,
+        ),
+    ];
+    assert!(matrix.len() >= 15);
+    for (name, args, want) in &matrix {
+        let (d, json) = doctor(args);
+        assert_eq!(d, *want, "{name}: doctor exit\n{json:#}");
+        assert_eq!(json["exit"], *want, "{name}: the JSON's exit");
+        assert_eq!(json["ok"], *want == 0, "{name}");
+        for key in TOP_KEYS {
+            assert!(json.get(key).is_some(), "{name}: no {key}:\n{json:#}");
+        }
+        let checks = json["checks"].as_array().expect("checks is a list");
+        let first_failed = checks.iter().find(|c| c["ok"] == false);
+        match first_failed {
+            Some(c) => {
+                assert_eq!(
+                    c["exit"], *want,
+                    "{name}: the first failed check decides:\n{json:#}"
+                );
+                assert!(c["fix"].is_string(), "{name}: a failed check names a fix");
+            }
+            None => assert_eq!(*want, 0),
+        }
+        let s = server(args);
+        assert_eq!(s, d, "{name}: the server exited {s}, the doctor said {d}");
+    }
+    drop(taken);
+}
+
+#[test]
+fn doctor_reports_the_plugin_topology_and_limits() {
+    let hello = plugin("hello_c").display().to_string();
+    let args = strings(&[
+        "--plugin",
+        &hello,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--workers",
+        "2",
+        "--max-body",
+        "1m",
+    ]);
+    let (code, j) = doctor(&args);
+    assert_eq!(code, 0, "{j:#}");
+    assert_eq!(j["build"]["abi_major"], 1);
+    assert_eq!(
+        j["build"]["header_fingerprint"].as_str().map(str::len),
+        Some(16)
+    );
+    assert_eq!(j["plugin"]["name"], "hello_c");
+    assert_eq!(j["plugin"]["call_model"], "reentrant");
+    assert_eq!(j["plugin"]["process_lock"], "none");
+    assert_eq!(j["plugin"]["needs_exec"], false);
+    assert_eq!(j["topology"]["workers"], 2);
+    assert_eq!(j["topology"]["worker_mode"], "fork");
+    assert_eq!(j["topology"]["accept_sharing"], true);
+    assert_eq!(j["topology"]["handler_threads"]["source"], "adaptive");
+    assert!(j["topology"]["usable_cpus"].as_u64().unwrap() >= 1);
+    assert_eq!(j["server"]["max_body"], 1 << 20);
+    let names: Vec<&str> = j["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(&names[..4], ["host", "app-dir", "plugin", "plugin-abi"]);
+    assert_eq!(names.last(), Some(&"port"));
+}
+
+#[test]
+fn doctor_reports_python_for_the_wsgi_plugin() {
+    let wsgi = wsgi_http::plugin().display().to_string();
+    let apps = repo_root().join("tests/apps").display().to_string();
+    let args = strings(&[
+        "--plugin",
+        &wsgi,
+        "--app-dir",
+        &apps,
+        "--port",
+        "0",
+        "conformance:application",
+    ]);
+    let (code, j) = doctor(&args);
+    assert_eq!(code, 0, "{j:#}");
+    let py = &j["python"];
+    assert!(
+        py["version"].as_str().unwrap().starts_with("3.11"),
+        "{py:#}"
+    );
+    assert!(
+        py["libpython"].as_str().unwrap().contains("libpython3.11"),
+        "{py:#}"
+    );
+    assert_eq!(py["app_imports"], true);
+    assert!(
+        py["resolved"].as_str().unwrap().contains("function"),
+        "{py:#}"
+    );
+    assert_eq!(j["plugin"]["process_lock"], "held");
+}
+
+#[test]
+fn doctor_never_listens_and_names_a_taken_port() {
+    let hello = plugin("hello_c").display().to_string();
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let args = strings(&[
+        "--plugin",
+        &hello,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        &port.to_string(),
+    ]);
+    let (code, j) = doctor(&args);
+    assert_eq!(code, 1);
+    let port_check = j["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "port")
+        .expect("a port check");
+    assert_eq!(port_check["ok"], false);
+    assert!(
+        port_check["detail"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("port {port}")),
+        "{port_check}"
+    );
+    // The full report is still there.
+    assert_eq!(j["plugin"]["name"], "hello_c");
+    // And with the port free, the doctor leaves nothing listening.
+    drop(taken);
+    let (code, _) = doctor(&args);
+    assert_eq!(code, 0);
+    assert!(
+        TcpListener::bind(("127.0.0.1", port)).is_ok(),
+        "the doctor left the port bound"
+    );
+}
+
+#[test]
+fn usage_errors_exit_2_naming_the_flag() {
+    let out = cmd(&strings(&["--plugin", "x", "--port", "80eighty"]))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--port"));
+    let out = cmd(&strings(&["--no-such-flag"])).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = cmd(&strings(&["--version"])).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("m0serve "));
+    // Environment variables are read, and a flag beats them.
+    let hello = plugin("hello_c").display().to_string();
+    let mut c = cmd(&strings(&["--plugin", &hello, "--doctor", "--port", "0"]));
+    c.env("M0_WORKERS", "3").env("M0_MAX_BODY", "2k");
+    let j: serde_json::Value = serde_json::from_slice(&c.output().unwrap().stdout).unwrap();
+    assert_eq!(j["topology"]["workers"], 3);
+    assert_eq!(j["server"]["max_body"], 2048);
+    let mut c = cmd(&strings(&[
+        "--plugin",
+        &hello,
+        "--doctor",
+        "--port",
+        "0",
+        "--workers",
+        "2",
+    ]));
+    c.env("M0_WORKERS", "3");
+    let j: serde_json::Value = serde_json::from_slice(&c.output().unwrap().stdout).unwrap();
+    assert_eq!(j["topology"]["workers"], 2);
+}
