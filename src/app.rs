@@ -92,7 +92,8 @@ fn run_spawned_worker(cfg: &Config, index: u32) -> ! {
         crate::log::error(format_args!("{message}"));
         worker::exit_now(78)
     };
-    let (listener_fd, ready_fd) = supervisor::adopt_spawned_fds().unwrap_or_else(|e| fail(e));
+    let (listener_fd, ready_fd, share) =
+        supervisor::adopt_spawned_fds(cfg.cli.workers as usize).unwrap_or_else(|e| fail(e));
     let Some(plugin_path) = std::env::var_os(supervisor::ENV_PLUGIN_FILE) else {
         fail(format!(
             "spawned worker started without {}",
@@ -108,6 +109,7 @@ fn run_spawned_worker(cfg: &Config, index: u32) -> ! {
             ready_fd: Some(ready_fd),
             spawned: true,
             plugin_path: PathBuf::from(plugin_path),
+            share,
         },
     )
 }

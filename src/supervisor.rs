@@ -20,12 +20,20 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, fork};
 
 use crate::config::Config;
+use crate::shared_page::SharedPage;
 use crate::signals::{STOP_SIGNALS, SignalPipe};
 use crate::worker::{self, WorkerSetup};
 
 /// Fixed descriptor numbers a spawned worker adopts.
 pub const SPAWN_LISTEN_FD: RawFd = 3;
 pub const SPAWN_READY_FD: RawFd = 4;
+/// With accept sharing: the shared page, this worker's channel, then every
+/// worker's send side from 7 on.
+pub const SPAWN_PAGE_FD: RawFd = 5;
+pub const SPAWN_RECV_FD: RawFd = 6;
+pub const SPAWN_SENDS_FD: RawFd = 7;
+/// Set for a spawned worker that was handed the page and channels.
+pub const ENV_SHARE_FDS: &str = "M0_SHARE_FDS";
 /// Environment a spawned worker is recognised by.
 pub const ENV_WORKER_INDEX: &str = "M0_WORKER_INDEX";
 pub const ENV_WORKER_SPAWNED: &str = "M0_WORKER_SPAWNED";
@@ -67,6 +75,9 @@ struct Supervisor<'a> {
     ready_read: OwnedFd,
     ready_write: OwnedFd,
     signals: SignalPipe,
+    /// The shared page and each worker's channel (receive, send), created
+    /// once so a respawned worker takes over its predecessor's channel.
+    share: Option<(SharedPage, Vec<(OwnedFd, OwnedFd)>)>,
     slots: Vec<Slot>,
     /// Replaced by SIGHUP, draining; not respawned.
     retiring: Vec<Pid>,
@@ -121,6 +132,7 @@ pub fn run(cfg: &Config, plan: &Plan, listener: OwnedFd) -> i32 {
         ready_read,
         ready_write,
         signals,
+        share: create_share(plan.workers as usize),
         slots: (0..plan.workers)
             .map(|_| Slot {
                 pid: None,
@@ -184,6 +196,7 @@ impl Supervisor<'_> {
                     ready_fd: Some(self.ready_write.as_raw_fd()),
                     spawned: false,
                     plugin_path: self.plan.plugin_path.clone(),
+                    share: self.share_for(index),
                 };
                 worker::run(self.cfg, setup)
             }
@@ -203,9 +216,14 @@ impl Supervisor<'_> {
             .collect();
         let mut envp: Vec<CString> = std::env::vars_os()
             .filter(|(k, _)| {
-                ![ENV_WORKER_INDEX, ENV_WORKER_SPAWNED, ENV_PLUGIN_FILE]
-                    .iter()
-                    .any(|n| k == *n)
+                ![
+                    ENV_WORKER_INDEX,
+                    ENV_WORKER_SPAWNED,
+                    ENV_PLUGIN_FILE,
+                    ENV_SHARE_FDS,
+                ]
+                .iter()
+                .any(|n| k == *n)
             })
             .filter_map(|(k, v)| {
                 let mut kv = k;
@@ -224,11 +242,7 @@ impl Supervisor<'_> {
             .map(|a| a.as_ptr())
             .chain(std::iter::once(std::ptr::null()))
             .collect();
-        let envp_ptrs: Vec<*const libc::c_char> = envp
-            .iter()
-            .map(|e| e.as_ptr())
-            .chain(std::iter::once(std::ptr::null()))
-            .collect();
+
         // High copies, so the child's dup2 onto 3 and 4 cannot clobber a
         // source that happens to be 3 or 4.
         let high = |fd: &OwnedFd| {
@@ -239,8 +253,27 @@ impl Supervisor<'_> {
                 })
                 .map_err(|e| (1, format!("dup: {e}")))
         };
-        let listen_high = high(&self.listener)?;
-        let ready_high = high(&self.ready_write)?;
+        // (high copy, the number the worker adopts it at)
+        let mut moves: Vec<(OwnedFd, RawFd)> = vec![
+            (high(&self.listener)?, SPAWN_LISTEN_FD),
+            (high(&self.ready_write)?, SPAWN_READY_FD),
+        ];
+        if let Some((page, channels)) = &self.share {
+            moves.push((high(page.fd_owned())?, SPAWN_PAGE_FD));
+            moves.push((high(&channels[index].0)?, SPAWN_RECV_FD));
+            for (j, (_, send)) in channels.iter().enumerate() {
+                moves.push((high(send)?, SPAWN_SENDS_FD + j as RawFd));
+            }
+            envp.push(CString::new(format!("{ENV_SHARE_FDS}=1")).unwrap_or_default());
+        }
+        let raw_moves: Vec<(RawFd, RawFd)> =
+            moves.iter().map(|(h, to)| (h.as_raw_fd(), *to)).collect();
+        let first_free = raw_moves.iter().map(|(_, to)| *to).max().unwrap_or(4) as u32 + 1;
+        let envp_ptrs: Vec<*const libc::c_char> = envp
+            .iter()
+            .map(|e| e.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect();
         let (err_read, err_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)
             .map_err(|e| (1, format!("cannot create a pipe: {e}")))?;
         let err_write_fd = err_write.as_raw_fd();
@@ -253,13 +286,14 @@ impl Supervisor<'_> {
                 crate::signals::reset_to_default(&STOP_SIGNALS);
                 // SAFETY: async-signal-safe calls on descriptors we own.
                 unsafe {
-                    libc::dup2(listen_high.as_raw_fd(), SPAWN_LISTEN_FD);
-                    libc::dup2(ready_high.as_raw_fd(), SPAWN_READY_FD);
+                    for &(from, to) in &raw_moves {
+                        libc::dup2(from, to);
+                    }
                     // Everything above the adopted descriptors closes at exec,
                     // the error pipe included (its EOF means exec worked).
                     libc::syscall(
                         libc::SYS_close_range,
-                        5u32,
+                        first_free,
                         u32::MAX,
                         libc::CLOSE_RANGE_CLOEXEC,
                     );
@@ -272,8 +306,7 @@ impl Supervisor<'_> {
             }
             Ok(ForkResult::Parent { child }) => {
                 drop(err_write);
-                drop(listen_high);
-                drop(ready_high);
+                drop(moves);
                 let mut bytes = [0u8; 4];
                 let n = loop {
                     match nix::unistd::read(&err_read, &mut bytes) {
@@ -575,6 +608,58 @@ impl Supervisor<'_> {
     }
 }
 
+/// The page and one SOCK_SEQPACKET pair per worker; None (and no sharing)
+/// with one worker or when the kernel refuses.
+fn create_share(workers: usize) -> Option<(SharedPage, Vec<(OwnedFd, OwnedFd)>)> {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
+    if workers < 2 {
+        return None;
+    }
+    let made = (|| -> std::io::Result<_> {
+        let page = SharedPage::create(workers)?;
+        let mut channels = Vec::with_capacity(workers);
+        for _ in 0..workers {
+            let pair = socketpair(
+                AddressFamily::Unix,
+                SockType::SeqPacket,
+                None,
+                SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+            )?;
+            channels.push(pair);
+        }
+        Ok((page, channels))
+    })();
+    match made {
+        Ok(share) => Some(share),
+        Err(e) => {
+            crate::log::warn(format_args!(
+                "accept sharing is off: cannot create its page or channels ({e})"
+            ));
+            None
+        }
+    }
+}
+
+impl Supervisor<'_> {
+    /// A forked worker's own copies of the page and channels.
+    fn share_for(&self, index: usize) -> Option<worker::ShareFds> {
+        let (page, channels) = self.share.as_ref()?;
+        let dup = |fd: &OwnedFd| fd.try_clone().ok();
+        let page_fd = dup(page.fd_owned())?;
+        // SAFETY: a fresh duplicate of the page's memfd, owned from here.
+        let page = unsafe {
+            SharedPage::adopt(std::os::fd::IntoRawFd::into_raw_fd(page_fd), channels.len())
+        }
+        .ok()?;
+        let recv = dup(&channels[index].0)?;
+        let sends = channels
+            .iter()
+            .map(|(_, send)| dup(send))
+            .collect::<Option<Vec<_>>>()?;
+        Some(worker::ShareFds { page, recv, sends })
+    }
+}
+
 pub fn fmt_addr(addr: std::net::SocketAddr) -> String {
     match addr {
         std::net::SocketAddr::V6(v6) => format!("[{}]:{}", v6.ip(), v6.port()),
@@ -584,13 +669,39 @@ pub fn fmt_addr(addr: std::net::SocketAddr) -> String {
 
 /// In a spawned worker: take the descriptors by number, mark them
 /// close-on-exec again so the application's subprocesses inherit nothing.
-pub fn adopt_spawned_fds() -> Result<(RawFd, RawFd), String> {
-    for fd in [SPAWN_LISTEN_FD, SPAWN_READY_FD] {
+pub fn adopt_spawned_fds(
+    workers: usize,
+) -> Result<(RawFd, RawFd, Option<worker::ShareFds>), String> {
+    let with_share = std::env::var_os(ENV_SHARE_FDS).is_some();
+    let mut fds = vec![SPAWN_LISTEN_FD, SPAWN_READY_FD];
+    if with_share {
+        fds.extend([SPAWN_PAGE_FD, SPAWN_RECV_FD]);
+        fds.extend((0..workers as RawFd).map(|j| SPAWN_SENDS_FD + j));
+    }
+    for fd in fds {
         // SAFETY: the supervisor put these descriptors at these numbers
         // before exec; the fcntl below fails cleanly if one is missing.
         let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
         fcntl(borrowed, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))
             .map_err(|e| format!("spawned worker: descriptor {fd} was not handed over ({e})"))?;
     }
-    Ok((SPAWN_LISTEN_FD, SPAWN_READY_FD))
+    if !with_share {
+        return Ok((SPAWN_LISTEN_FD, SPAWN_READY_FD, None));
+    }
+    // SAFETY: adopting descriptors the supervisor placed at these numbers
+    // (checked above); each is owned once from here.
+    let (page, recv, sends) = unsafe {
+        let page = SharedPage::adopt(SPAWN_PAGE_FD, workers)
+            .map_err(|e| format!("spawned worker: {e}"))?;
+        let recv = <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(SPAWN_RECV_FD);
+        let sends = (0..workers as RawFd)
+            .map(|j| <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(SPAWN_SENDS_FD + j))
+            .collect();
+        (page, recv, sends)
+    };
+    Ok((
+        SPAWN_LISTEN_FD,
+        SPAWN_READY_FD,
+        Some(worker::ShareFds { page, recv, sends }),
+    ))
 }

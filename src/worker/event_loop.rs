@@ -18,6 +18,7 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
 
+use super::accept_share::AcceptShare;
 use super::adaptive::{self, Controller};
 use super::connection::{Conn, Phase, Ready, Step};
 use super::pool::{Completion, Job, Peer, Pool};
@@ -29,6 +30,7 @@ use crate::signals::SignalPipe;
 pub const LISTENER: Token = Token(usize::MAX - 1);
 pub const WAKER: Token = Token(usize::MAX - 2);
 pub const SIGNALS: Token = Token(usize::MAX - 3);
+pub const CHANNEL: Token = Token(usize::MAX - 4);
 
 /// New connections admitted per pass.
 const ACCEPT_BATCH: usize = 64;
@@ -49,6 +51,8 @@ pub struct EventLoop {
     conns: Slab<Conn>,
     pool: Pool,
     controller: Controller,
+    share: Option<AcceptShare>,
+    channel_owed: bool,
     limits: Limits,
     timeouts: Timeouts,
     max_keepalive_requests: u32,
@@ -78,9 +82,17 @@ impl EventLoop {
         listener: TcpListener,
         pool: Pool,
         controller: Controller,
+        share: Option<AcceptShare>,
         cfg: &Config,
         signals: SignalPipe,
     ) -> io::Result<EventLoop> {
+        if let Some(share) = &share {
+            poll.registry().register(
+                &mut SourceFd(&share.channel_fd()),
+                CHANNEL,
+                Interest::READABLE,
+            )?;
+        }
         let mut listener = listener;
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;
@@ -96,6 +108,8 @@ impl EventLoop {
             conns: Slab::with_capacity(1024),
             pool,
             controller,
+            share,
+            channel_owed: false,
             limits: cfg.limits,
             timeouts: Timeouts {
                 header: Config::timeout(cli.header_timeout),
@@ -119,6 +133,11 @@ impl EventLoop {
         self.pool
     }
 
+    /// Accepted, passed on, received from siblings.
+    pub fn share_counts(&self) -> Option<(u64, u64, u64)> {
+        self.share.as_ref().map(AcceptShare::counts)
+    }
+
     pub fn run(&mut self) -> io::Result<Exit> {
         let mut events = Events::with_capacity(1024);
         let mut completions: Vec<Completion> = Vec::with_capacity(64);
@@ -127,7 +146,8 @@ impl EventLoop {
                 return Ok(Exit::Immediate);
             }
             if let Some(deadline) = self.drain_deadline {
-                if self.conns.is_empty() && self.in_flight == 0 {
+                let handed_over = self.share.as_ref().map_or(0, AcceptShare::own_pending);
+                if self.conns.is_empty() && self.in_flight == 0 && handed_over == 0 {
                     return Ok(Exit::Drained);
                 }
                 if Instant::now() >= deadline {
@@ -142,17 +162,26 @@ impl EventLoop {
             } else {
                 timeout
             };
+            if let Some(share) = &self.share {
+                share.publish_active(self.conns.len());
+                share.mark_pass(0);
+            }
             let polled = self.poll.poll(&mut events, timeout);
             self.pool.unpark_loop();
+            if let Some(share) = &self.share {
+                share.mark_pass(crate::plugin::host::monotonic_ns());
+            }
             match polled {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
             }
             let mut listener_ready = false;
+            let mut channel_ready = false;
             for event in events.iter() {
                 match event.token() {
                     LISTENER => listener_ready = true,
+                    CHANNEL => channel_ready = true,
                     WAKER => {}
                     SIGNALS => {
                         if self.on_signals() {
@@ -165,6 +194,10 @@ impl EventLoop {
             self.pool.drain_completions(&mut completions);
             for done in completions.drain(..) {
                 self.on_completion(done);
+            }
+            // New connections after the events of those already held.
+            if channel_ready || self.channel_owed {
+                self.receive_batch();
             }
             if listener_ready || self.accept_owed {
                 self.accept_batch();
@@ -180,7 +213,7 @@ impl EventLoop {
     }
 
     fn poll_timeout(&self) -> Option<Duration> {
-        if self.accept_owed {
+        if self.accept_owed || self.channel_owed {
             return Some(Duration::ZERO);
         }
         let mut timeout = None;
@@ -221,6 +254,9 @@ impl EventLoop {
             return;
         }
         super::set_draining();
+        if let Some(share) = &self.share {
+            share.leave();
+        }
         self.drain_deadline = Some(Instant::now() + self.graceful);
         if let Some(mut listener) = self.listener.take() {
             let _ = self.poll.registry().deregister(&mut listener);
@@ -244,7 +280,20 @@ impl EventLoop {
                 return;
             };
             match listener.accept() {
-                Ok((stream, addr)) => self.admit(stream, addr),
+                Ok((stream, addr)) => {
+                    if let Some(share) = &self.share {
+                        share.note_accepted();
+                        let own_load = self.conns.len() as u64 + share.own_pending();
+                        let now = crate::plugin::host::monotonic_ns();
+                        if let Some(target) = share.pick(own_load, now, false)
+                            && share.pass(target, stream.as_raw_fd(), addr)
+                        {
+                            // The sibling holds it now; our descriptor closes.
+                            continue;
+                        }
+                    }
+                    self.admit(stream, addr)
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => continue,
@@ -257,6 +306,40 @@ impl EventLoop {
             }
         }
         self.accept_owed = true;
+    }
+
+    /// Connections handed over by siblings: admitted like accepted ones, or
+    /// passed on when this worker is leaving.
+    fn receive_batch(&mut self) {
+        self.channel_owed = false;
+        for _ in 0..ACCEPT_BATCH {
+            let Some(share) = self.share.as_ref() else {
+                return;
+            };
+            let (fd, peer) = match share.receive() {
+                Ok(Some(got)) => got,
+                Ok(None) => return,
+                Err(e) => {
+                    crate::log::warn(format_args!("accept share: receive failed: {e}"));
+                    return;
+                }
+            };
+            let std_stream = std::net::TcpStream::from(fd);
+            let Some(peer) = peer.or_else(|| std_stream.peer_addr().ok()) else {
+                continue;
+            };
+            if self.drain_deadline.is_some()
+                && let Some(target) = share.pick(u64::MAX, 0, true)
+                && share.pass(target, std_stream.as_raw_fd(), peer)
+            {
+                continue;
+            }
+            if std_stream.set_nonblocking(true).is_err() {
+                continue;
+            }
+            self.admit(mio::net::TcpStream::from_std(std_stream), peer);
+        }
+        self.channel_owed = true;
     }
 
     fn admit(&mut self, mut stream: mio::net::TcpStream, addr: SocketAddr) {
@@ -280,6 +363,9 @@ impl EventLoop {
         let mut conn = Conn::new(stream, peer, buf);
         conn.deadline = self.timeouts.header.map(|t| Instant::now() + t);
         entry.insert(conn);
+        if let Some(share) = &self.share {
+            share.publish_active(self.conns.len());
+        }
         self.drive(key);
     }
 
@@ -462,6 +548,9 @@ impl EventLoop {
     fn close(&mut self, key: usize) {
         if let Some(mut conn) = self.conns.try_remove(key) {
             let _ = self.poll.registry().deregister(&mut conn.stream);
+            if let Some(share) = &self.share {
+                share.publish_active(self.conns.len());
+            }
             if self.spare_bufs.len() < 256 && conn.rbuf.capacity() <= 64 * 1024 {
                 conn.rbuf.clear();
                 self.spare_bufs.push(conn.rbuf);

@@ -4,6 +4,7 @@
 //! A worker always leaves through `_exit`: runtimes inside plugins (CPython)
 //! must not be torn down by atexit handlers while their threads may still run.
 
+pub mod accept_share;
 pub mod adaptive;
 pub mod connection;
 pub mod event_loop;
@@ -58,12 +59,23 @@ pub struct WorkerSetup {
     pub ready_fd: Option<RawFd>,
     pub spawned: bool,
     pub plugin_path: PathBuf,
+    /// The shared page and the accept-sharing channels.
+    pub share: Option<ShareFds>,
+}
+
+/// What a worker adopts for accept sharing.
+pub struct ShareFds {
+    pub page: crate::shared_page::SharedPage,
+    /// This worker's channel, receive side.
+    pub recv: std::os::fd::OwnedFd,
+    /// Every worker's channel, send side, by index.
+    pub sends: Vec<std::os::fd::OwnedFd>,
 }
 
 /// Run the worker to the end; never returns.
 pub fn run(cfg: &Config, setup: WorkerSetup) -> ! {
     crate::log::set_role(format!("worker {}", setup.index));
-    let code = match serve(cfg, &setup) {
+    let code = match serve(cfg, setup) {
         Ok(code) => code,
         Err((code, message)) => {
             crate::log::error(format_args!("{message}"));
@@ -81,7 +93,7 @@ pub fn exit_now(code: i32) -> ! {
     unsafe { libc::_exit(code) }
 }
 
-fn serve(cfg: &Config, setup: &WorkerSetup) -> Result<i32, (i32, String)> {
+fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
     // A worker whose supervisor is gone (killed with SIGKILL) drains and
     // leaves instead of serving on unsupervised.
     let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGTERM);
@@ -137,7 +149,16 @@ fn serve(cfg: &Config, setup: &WorkerSetup) -> Result<i32, (i32, String)> {
         waker,
     );
     let controller = adaptive::Controller::new(plan.clone());
-    let mut event_loop = EventLoop::new(poll, listener, pool, controller, cfg, signals)
+    let share = setup.share.take().map(|fds| {
+        accept_share::AcceptShare::new(
+            fds.page,
+            setup.index as usize,
+            fds.recv,
+            fds.sends,
+            crate::doctor::accept_sharing_enabled(),
+        )
+    });
+    let mut event_loop = EventLoop::new(poll, listener, pool, controller, share, cfg, signals)
         .map_err(|e| (1, format!("cannot start the event loop: {e}")))?;
     crate::log::info(format_args!(
         "pid={} serving {} {} with {} handler thread(s) ({})",
@@ -154,6 +175,11 @@ fn serve(cfg: &Config, setup: &WorkerSetup) -> Result<i32, (i32, String)> {
         .run()
         .map_err(|e| (1, format!("event loop failed: {e}")))?;
     let accepted = event_loop.accepted;
+    if let Some((acc, passed, received)) = event_loop.share_counts() {
+        crate::log::info(format_args!(
+            "accept sharing: accepted {acc}, passed {passed} to siblings, received {received}"
+        ));
+    }
     let pool = event_loop.into_pool();
     finish(exit, pool, accepted)
 }

@@ -1,0 +1,213 @@
+//! Accept sharing: every connection lands on the least-loaded worker.
+//!
+//! All workers wait on one listener, and whichever wakes first accepts the
+//! whole burst (the seeds: 31 of 32 connections on one worker). So the
+//! worker that accepts a connection passes it to the least-loaded sibling
+//! whose load is strictly below its own, over that sibling's SOCK_SEQPACKET
+//! channel with SCM_RIGHTS. Load = open connections + connections handed
+//! over and not yet received, read from the shared page.
+//!
+//! Nothing is ever dropped: the target's `pending` is raised before the send
+//! and undone on any failure (channel full, sibling gone), and then the
+//! acceptor keeps the connection itself.
+
+use std::io::{IoSlice, IoSliceMut};
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::Ordering;
+
+use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
+
+use crate::shared_page::{LEAVING, SharedPage, WorkerLine};
+
+/// A sibling inside one loop pass for longer than this is skipped.
+const BUSY_NS: u64 = 10_000_000;
+
+pub struct AcceptShare {
+    page: SharedPage,
+    index: usize,
+    /// This worker's own channel (receive side).
+    recv: OwnedFd,
+    /// Every worker's channel (send side), by index.
+    sends: Vec<OwnedFd>,
+    /// `M0_ACCEPT_SHARE=0` keeps the channels but passes nothing.
+    enabled: bool,
+}
+
+impl AcceptShare {
+    pub fn new(
+        page: SharedPage,
+        index: usize,
+        recv: OwnedFd,
+        sends: Vec<OwnedFd>,
+        enabled: bool,
+    ) -> AcceptShare {
+        page.line(index)
+            .pid
+            .store(u64::from(std::process::id()), Ordering::SeqCst);
+        page.line(index).state.store(0, Ordering::SeqCst);
+        let enabled = enabled && page.workers() > 1;
+        AcceptShare {
+            page,
+            index,
+            recv,
+            sends,
+            enabled,
+        }
+    }
+
+    pub fn channel_fd(&self) -> RawFd {
+        self.recv.as_raw_fd()
+    }
+
+    fn me(&self) -> &WorkerLine {
+        self.page.line(self.index)
+    }
+
+    pub fn own_pending(&self) -> u64 {
+        self.me().pending.load(Ordering::SeqCst)
+    }
+
+    pub fn note_accepted(&self) {
+        self.me().accepted.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The loop starts a pass (`now_ns`) or is about to wait (0).
+    pub fn mark_pass(&self, now_ns: u64) {
+        if self.me().state.load(Ordering::Relaxed) != LEAVING {
+            self.me().state.store(now_ns, Ordering::Relaxed);
+        }
+    }
+
+    pub fn publish_active(&self, active: usize) {
+        self.me().active.store(active as u64, Ordering::SeqCst);
+    }
+
+    pub fn leave(&self) {
+        self.me().state.store(LEAVING, Ordering::SeqCst);
+    }
+
+    /// The sibling to hand a new connection to, if one is strictly less
+    /// loaded than `own_load`. Ties rotate.
+    pub fn pick(&self, own_load: u64, now_ns: u64, allow_busy: bool) -> Option<usize> {
+        if !self.enabled {
+            return None;
+        }
+        let n = self.page.workers();
+        let start = self.page.next_rotation() as usize;
+        let mut best: Option<(u64, usize)> = None;
+        for k in 0..n {
+            let j = (start + k) % n;
+            if j == self.index {
+                continue;
+            }
+            let line = self.page.line(j);
+            if line.pid.load(Ordering::Relaxed) == 0 {
+                continue; // never started
+            }
+            let state = line.state.load(Ordering::SeqCst);
+            if state == LEAVING
+                || (!allow_busy && state != 0 && now_ns.saturating_sub(state) > BUSY_NS)
+            {
+                continue;
+            }
+            let load = line.active.load(Ordering::SeqCst) + line.pending.load(Ordering::SeqCst);
+            if load < own_load && best.is_none_or(|(b, _)| load < b) {
+                best = Some((load, j));
+            }
+        }
+        best.map(|(_, j)| j)
+    }
+
+    /// Pass `fd` (with its peer) to worker `target`. True when it went; on
+    /// false the caller still owns the connection.
+    pub fn pass(&self, target: usize, fd: RawFd, peer: SocketAddr) -> bool {
+        let line = self.page.line(target);
+        line.pending.fetch_add(1, Ordering::SeqCst);
+        if line.state.load(Ordering::SeqCst) == LEAVING {
+            line.pending.fetch_sub(1, Ordering::SeqCst);
+            return false;
+        }
+        let payload = format!("{} {}", peer.ip(), peer.port());
+        let fds = [fd];
+        let sent = sendmsg::<()>(
+            self.sends[target].as_raw_fd(),
+            &[IoSlice::new(payload.as_bytes())],
+            &[ControlMessage::ScmRights(&fds)],
+            MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL,
+            None,
+        );
+        if sent.is_err() {
+            line.pending.fetch_sub(1, Ordering::SeqCst);
+            return false;
+        }
+        self.me().passed.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Receive one handed-over connection; `Ok(None)` when the channel is
+    /// empty.
+    pub fn receive(&self) -> std::io::Result<Option<(OwnedFd, Option<SocketAddr>)>> {
+        let mut buf = [0u8; 128];
+        let mut space = nix::cmsg_space!([RawFd; 2]);
+        let mut iov = [IoSliceMut::new(&mut buf)];
+        let msg = match recvmsg::<()>(
+            self.recv.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
+            Ok(m) => m,
+            Err(nix::errno::Errno::EAGAIN) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let len = msg.bytes;
+        let truncated = msg.flags.contains(MsgFlags::MSG_CTRUNC);
+        let mut fds = Vec::new();
+        if let Ok(cmsgs) = msg.cmsgs() {
+            for cmsg in cmsgs {
+                if let ControlMessageOwned::ScmRights(received) = cmsg {
+                    fds.extend(received);
+                }
+            }
+        }
+        // Retired on receipt, whatever arrived: a datagram without a
+        // descriptor must not leave the count one high forever.
+        let pending = &self.me().pending;
+        let _ = pending.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |p| {
+            Some(p.saturating_sub(1))
+        });
+        // SAFETY: SCM_RIGHTS gave us new descriptors we now own.
+        let mut owned: Vec<OwnedFd> = fds
+            .into_iter()
+            .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) })
+            .collect();
+        if truncated || owned.len() != 1 {
+            crate::log::warn(format_args!(
+                "accept share: a hand-over arrived damaged; dropped it"
+            ));
+            return Ok(Some((
+                owned
+                    .pop()
+                    .ok_or_else(|| std::io::Error::other("no descriptor"))?,
+                None,
+            )));
+        }
+        let peer = std::str::from_utf8(&buf[..len]).ok().and_then(|text| {
+            let (ip, port) = text.split_once(' ')?;
+            Some(SocketAddr::new(ip.parse().ok()?, port.parse().ok()?))
+        });
+        self.me().received.fetch_add(1, Ordering::Relaxed);
+        Ok(owned.pop().map(|fd| (fd, peer)))
+    }
+
+    /// Accepted, passed, received: for the log at shutdown.
+    pub fn counts(&self) -> (u64, u64, u64) {
+        let me = self.me();
+        (
+            me.accepted.load(Ordering::Relaxed),
+            me.passed.load(Ordering::Relaxed),
+            me.received.load(Ordering::Relaxed),
+        )
+    }
+}

@@ -1,0 +1,178 @@
+//! Accept sharing: a burst of connections splits across workers, in fork
+//! and spawn mode; nothing is lost when a worker dies or the server drains.
+
+mod support;
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use support::{Server, command, plugin};
+
+/// Open `n` keep-alive connections together, then ask each which pid
+/// serves it while all are open. Returns the counts per pid, largest first.
+fn burst_split(addr: SocketAddr, n: usize) -> Vec<usize> {
+    let mut conns: Vec<TcpStream> = (0..n).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    for c in &mut conns {
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        c.write_all(b"GET /pid HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+    }
+    let mut counts: HashMap<String, usize> = HashMap::new();
+    for c in &mut conns {
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 512];
+        while !(buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.ends_with(b"\n") && buf.len() > 4) {
+            let k = c.read(&mut chunk).unwrap();
+            assert!(k > 0, "connection closed before answering");
+            buf.extend_from_slice(&chunk[..k]);
+        }
+        let text = String::from_utf8_lossy(&buf);
+        let pid = text.rsplit("\r\n\r\n").next().unwrap().trim().to_string();
+        *counts.entry(pid).or_default() += 1;
+    }
+    let mut v: Vec<usize> = counts.into_values().collect();
+    v.sort_unstable_by(|a, b| b.cmp(a));
+    v
+}
+
+fn within_two_to_one(split: &[usize]) -> bool {
+    split.len() == 2 && split[0] <= 2 * split[1]
+}
+
+fn start(extra: &[&str], share: bool) -> Server {
+    let p = plugin("hello_c");
+    let mut args = vec!["--plugin", p.to_str().unwrap(), "--workers", "2"];
+    args.extend_from_slice(extra);
+    let mut cmd = command(&args);
+    if !share {
+        cmd.env("M0_ACCEPT_SHARE", "0");
+    }
+    Server::start_cmd(cmd)
+}
+
+#[test]
+fn a_burst_of_32_splits_within_two_to_one_in_fork_and_spawn_mode() {
+    for mode in [&[][..], &["--spawn-workers"][..]] {
+        let s = start(mode, true);
+        for round in 0..2 {
+            // Let the previous round's closes reach the workers first.
+            std::thread::sleep(Duration::from_millis(300));
+            let split = burst_split(s.addr, 32);
+            assert!(
+                within_two_to_one(&split),
+                "{mode:?} round {round}: split {split:?}\n{}",
+                s.log()
+            );
+        }
+        // The same probe with sharing off, reported beside (on Linux it can
+        // happen to balance, so nothing is asserted about it).
+        let off = start(mode, false);
+        eprintln!(
+            "{mode:?}: sharing off split {:?}",
+            burst_split(off.addr, 32)
+        );
+    }
+}
+
+#[test]
+fn counts_are_logged_at_shutdown() {
+    let mut s = start(&[], true);
+    let _ = burst_split(s.addr, 16);
+    s.signal(libc::SIGTERM);
+    assert_eq!(
+        s.wait_exit(Duration::from_secs(20))
+            .and_then(|st| st.code()),
+        Some(0)
+    );
+    let log = s.log();
+    let passed: u64 = log
+        .lines()
+        .filter_map(|l| {
+            l.split("passed ")
+                .nth(1)?
+                .split(" ")
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
+    let received: u64 = log
+        .lines()
+        .filter_map(|l| l.split("received ").nth(1)?.trim().parse::<u64>().ok())
+        .sum();
+    assert_eq!(log.matches("accept sharing: accepted").count(), 2, "{log}");
+    assert_eq!(
+        passed, received,
+        "every connection passed was received:\n{log}"
+    );
+}
+
+#[test]
+fn a_worker_killed_while_connections_are_passed_loses_nothing_for_the_other() {
+    let s = start(&[], true);
+    let pids = s.worker_pids();
+    let addr = s.addr;
+    // Bursts of new connections while one worker is killed.
+    let load = std::thread::spawn(move || {
+        let mut failures = Vec::new();
+        for i in 0..40 {
+            let got = support::Client::connect(addr).get("/pid");
+            if got.status != 200 {
+                failures.push((i, got.status));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        failures
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    // SAFETY: killing a worker of the server this test started.
+    unsafe { libc::kill(pids[0], libc::SIGKILL) };
+    let failures = load.join().unwrap();
+    // A connection handed to the dying worker in its last instant can be
+    // lost with it; one accepted by the survivor never is.
+    assert!(failures.len() <= 1, "{failures:?}\n{}", s.log());
+    assert!(s.wait_for_log("replacing it", Duration::from_secs(10)));
+    std::thread::sleep(Duration::from_millis(300));
+    let new_pids = s.worker_pids();
+    assert_ne!(new_pids[0], pids[0]);
+    // The respawned worker receives connections again.
+    let split = burst_split(s.addr, 32);
+    assert!(
+        within_two_to_one(&split),
+        "after respawn: {split:?}\n{}",
+        s.log()
+    );
+}
+
+#[test]
+fn sigterm_during_a_burst_loses_no_connection() {
+    let mut s = start(&[], true);
+    let addr = s.addr;
+    let mut conns: Vec<TcpStream> = (0..32).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    // Every connection has a request in flight when the stop arrives.
+    for c in &mut conns {
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        c.write_all(b"GET /sleep?ms=300 HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    s.signal(libc::SIGTERM);
+    for (i, c) in conns.iter_mut().enumerate() {
+        let mut out = Vec::new();
+        let _ = c.read_to_end(&mut out);
+        assert!(
+            out.starts_with(b"HTTP/1.1 200") && out.ends_with(b"slept\n"),
+            "connection {i}: {:?}",
+            String::from_utf8_lossy(&out)
+        );
+    }
+    assert_eq!(
+        s.wait_exit(Duration::from_secs(20))
+            .and_then(|st| st.code()),
+        Some(0),
+        "{}",
+        s.log()
+    );
+}
