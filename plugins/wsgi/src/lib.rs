@@ -297,13 +297,23 @@ unsafe fn init(host: &'static Host, args: *const M0InitArgs) -> Result<AppState,
         let facts = format!(
             "wsgi-facts: version={}\tlibpython={}\texecutable={}\tprefix={}\tbase_prefix={}\tvenv={}\tapp={}\tresolved={}",
             attr("version").replace(['\n', '\t'], " "),
-            libpython.as_deref().map(|p| p.display().to_string()).unwrap_or_default(),
+            libpython
+                .as_deref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
             attr("executable"),
             attr("prefix"),
             attr("base_prefix"),
-            setup.venv.as_deref().map(|v| v.display().to_string()).unwrap_or_default(),
+            setup
+                .venv
+                .as_deref()
+                .map(|v| v.display().to_string())
+                .unwrap_or_default(),
             spec.display(),
-            app.repr().map(|r| r.to_string()).unwrap_or_default().replace(['\n', '\t'], " "),
+            app.repr()
+                .map(|r| r.to_string())
+                .unwrap_or_default()
+                .replace(['\n', '\t'], " "),
         );
         let about = format!("{about}\n{facts}");
         let name_port = (server_port != 0).then(|| {
