@@ -24,8 +24,9 @@ MODES = [("fork", []), ("spawn", ["--spawn-workers"])]
 ANCHOR = "fork"
 
 
-def first_response(argv: list[str], logpath) -> tuple[float, int]:
-    """Seconds from launch to the first 200, and the process count then."""
+def first_response(argv: list[str], logpath) -> tuple[float, int, int]:
+    """Seconds from launch to the first 200; then the process count and how
+    many of those processes were exec'd (M0_WORKER_SPAWNED=1 in their environ)."""
     h.wait_port_free(PORT)
     with open(logpath, "ab") as log:
         t0 = time.perf_counter()
@@ -49,10 +50,19 @@ def first_response(argv: list[str], logpath) -> tuple[float, int]:
                 raise h.BenchError(f"no answer 30 s after launching {' '.join(argv)}")
             time.sleep(0.0002)
         time.sleep(0.5)                       # let every worker come up, then count
-        nproc = len(h.tree_pids(proc.pid))
+        pids = h.tree_pids(proc.pid)
+        spawned = sum(b"M0_WORKER_SPAWNED=1" in _environ(p) for p in pids)
     finally:
         h.stop(run)
-    return dt, nproc
+    return dt, len(pids), spawned
+
+
+def _environ(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
 
 
 def run(opts) -> h.Report:
@@ -64,22 +74,23 @@ def run(opts) -> h.Report:
     logdir = h.OUT / "startup"
     logdir.mkdir(parents=True, exist_ok=True)
     times: dict[str, list[float]] = {m: [] for m, _ in MODES}
-    procs: dict[str, set[int]] = {m: set() for m, _ in MODES}
+    procs: dict[str, set[str]] = {m: set() for m, _ in MODES}
     for i in range(trials):
         for mode, extra in (MODES if i % 2 == 0 else MODES[::-1]):
-            dt, n = first_response([str(h.M0SERVE), *BASE, *extra], logdir / f"{mode}.log")
+            dt, n, spawned = first_response([str(h.M0SERVE), *BASE, *extra], logdir / f"{mode}.log")
             times[mode].append(dt * 1000)
-            procs[mode].add(n)
-            h.log(f"trial {i + 1}/{trials} {mode}: {dt * 1000:.1f} ms ({n} processes)")
+            procs[mode].add(f"{n} ({spawned} exec'd)")
+            h.log(f"trial {i + 1}/{trials} {mode}: {dt * 1000:.1f} ms ({n} processes, {spawned} exec'd)")
     a = h.median(times[ANCHOR])
     rows = [[mode + (" (anchor)" if mode == ANCHOR else ""), f"{h.median(ts):.1f} ms",
              f"{min(ts):.1f} ms", f"{max(ts):.1f} ms", h.fmt_ratio(h.median(ts) / a),
-             "/".join(str(n) for n in sorted(procs[mode]))]
+             " / ".join(sorted(procs[mode]))]
             for mode, ts in times.items()]
     return h.Report(TITLE, ["mode", "median", "min", "max", "÷ anchor", "processes"], rows,
                     setup=[f"{trials} trials per mode, alternated; argv "
                            f"`m0serve {' '.join(BASE)} [--spawn-workers]`; unpinned.",
                            "processes = size of the server's process tree 0.5 s after the first "
-                           "response (supervisor + workers)."],
+                           "response (supervisor + workers); exec'd = those with "
+                           "M0_WORKER_SPAWNED=1, which checks that spawn mode really exec'd."],
                     notes=["All trials (ms): " + "; ".join(
                         f"{m} " + ", ".join(f"{t:.1f}" for t in ts) for m, ts in times.items())])
