@@ -220,7 +220,7 @@ impl EventLoop {
         if !self.conns.is_empty() {
             timeout = Some(self.next_sweep.saturating_duration_since(Instant::now()));
         }
-        if self.in_flight > 0 && self.controller.is_adaptive() {
+        if self.in_flight > 0 {
             timeout = Some(timeout.map_or(adaptive::TICK, |t: Duration| t.min(adaptive::TICK)));
         }
         if let Some(deadline) = self.drain_deadline {

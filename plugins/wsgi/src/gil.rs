@@ -6,10 +6,58 @@
 //! released. The time spent re-acquiring it is reported to the host as lock
 //! wait, which feeds the adaptive thread pool.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex};
+
 use pyo3::ffi;
 use pyo3::prelude::*;
 
 use crate::host::Host;
+
+/// Calls take the GIL in the order they start.
+///
+/// CPython's GIL is not fair: a thread that releases it at the end of one
+/// call and asks again for its next call usually wins against a thread that
+/// has been waiting, so with a GIL-holding view one request could watch
+/// dozens of later ones go first. Each call takes a ticket and enters
+/// `PyEval_RestoreThread` only when its ticket is served; the ticket is
+/// served as soon as the GIL is taken, so calls that release the GIL inside
+/// (I/O, hashlib, numpy) still overlap.
+struct Turnstile {
+    next: AtomicU64,
+    serving: AtomicU64,
+    lock: Mutex<()>,
+    turn: Condvar,
+}
+
+static TURNSTILE: Turnstile = Turnstile {
+    next: AtomicU64::new(0),
+    serving: AtomicU64::new(0),
+    lock: Mutex::new(()),
+    turn: Condvar::new(),
+};
+
+impl Turnstile {
+    fn wait_for_turn(&self) -> u64 {
+        let ticket = self.next.fetch_add(1, Ordering::SeqCst);
+        if self.serving.load(Ordering::SeqCst) != ticket {
+            let mut guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            while self.serving.load(Ordering::SeqCst) != ticket {
+                guard = self.turn.wait(guard).unwrap_or_else(|e| e.into_inner());
+            }
+        }
+        ticket
+    }
+
+    fn next_turn(&self) {
+        self.serving.fetch_add(1, Ordering::SeqCst);
+        // Waiters check under the lock, so take it before notifying.
+        if self.next.load(Ordering::SeqCst) > self.serving.load(Ordering::SeqCst) {
+            let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            self.turn.notify_all();
+        }
+    }
+}
 
 /// Acquires shorter than this are not contention (an uncontended
 /// `PyEval_RestoreThread` takes well under a microsecond), so they are not
@@ -43,9 +91,11 @@ impl ThreadState {
     /// guard drops.
     pub fn acquire(&self, host: &Host) -> Held {
         let t0 = host.now_ns();
+        TURNSTILE.wait_for_turn();
         // SAFETY: `tstate` is this thread's state (created by `create` on this
         // thread, released by the last `Held`), so restoring it is valid.
         unsafe { ffi::PyEval_RestoreThread(self.tstate) };
+        TURNSTILE.next_turn();
         let waited = host.now_ns().saturating_sub(t0);
         if waited >= LOCK_WAIT_MIN_NS {
             host.lock_waited(waited);

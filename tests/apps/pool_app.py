@@ -1,0 +1,58 @@
+"""Views for the handler-pool tests: whether threads run at once is decided
+by the view, so each view makes that one thing the variable.
+
+/release  hashlib over 64 KiB buffers: CPython drops the GIL for each update
+/hold     hashlib over 1 KiB buffers: under HASHLIB_GIL_MINSIZE, the GIL stays
+/seq      a short GIL-holding view that returns the order it was entered in
+Each hashing view does a fixed amount of work (about 200 ms, calibrated once
+per process on the first request), never work-until-a-deadline.
+"""
+
+import hashlib
+import itertools
+import time
+
+BIG = b"r" * 65536
+SMALL = b"h" * 1024
+_iterations = {}
+_order = itertools.count()
+
+
+def _calibrate(buf, target=0.2):
+    n = 16
+    while True:
+        started = time.perf_counter()
+        for _ in range(n):
+            hashlib.sha256(buf).digest()
+        took = time.perf_counter() - started
+        if took > 0.05:
+            return max(1, int(n * target / took))
+        n *= 2
+
+
+def _hash(buf, n):
+    for _ in range(n):
+        hashlib.sha256(buf).digest()
+
+
+def application(environ, start_response):
+    path = environ["PATH_INFO"]
+    if path in ("/release", "/hold"):
+        buf = BIG if path == "/release" else SMALL
+        n = _iterations.get(path)
+        if n is None:
+            n = _iterations[path] = _calibrate(buf)
+        _hash(buf, n)
+        body = f"{n}\n".encode()
+    elif path == "/seq":
+        seq = next(_order)
+        # About a millisecond of pure Python: holds the GIL.
+        total = 0
+        for i in range(20000):
+            total += i
+        body = f"{seq}\n".encode()
+    else:
+        start_response("404 Not Found", [("Content-Type", "text/plain")])
+        return [b"no such view\n"]
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
+    return [body]
