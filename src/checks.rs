@@ -254,6 +254,22 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
     ));
     f.mode = Some(mode);
 
+    let fork_unsafe = f
+        .plugin_log
+        .lines()
+        .filter_map(|l| l.split("\tfork_unsafe=").nth(1))
+        .map(|v| v.trim().to_string())
+        .find(|v| !v.is_empty());
+    if let (Some(modules), Some((Mode::Fork, _))) = (fork_unsafe, &f.mode) {
+        f.push(Check::warn(
+            "fork-unsafe-runtime",
+            format!(
+                "the application imports {modules}, which may not survive fork() without exec; \
+                 forked workers can hang or crash"
+            ),
+            "add --spawn-workers",
+        ));
+    }
     let plan = sizing::plan(&descriptor, cli.blocking_threads, f.usable_cpus);
     f.push(Check::pass("handler-threads", plan.reason.clone()));
     if descriptor.process_lock == ProcessLock::Held && !plan.adaptive && plan.initial > 2 {

@@ -344,3 +344,82 @@ fn usage_errors_exit_2_naming_the_flag() {
     let j: serde_json::Value = serde_json::from_slice(&c.output().unwrap().stdout).unwrap();
     assert_eq!(j["topology"]["workers"], 2);
 }
+
+fn warnings(j: &serde_json::Value) -> Vec<String> {
+    j["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["warning"] == true)
+        .map(|c| c["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn advice_the_seeds_paid_for_warns_without_failing() {
+    let wsgi = wsgi_http::plugin().display().to_string();
+    let apps = repo_root().join("tests/apps").display().to_string();
+    let local = ["--host", "127.0.0.1", "--port", "0"];
+    let with = |extra: &[&str]| -> Vec<String> {
+        local.iter().chain(extra).map(|s| s.to_string()).collect()
+    };
+    // A GIL-holding plugin with a fixed pool larger than 2.
+    let (code, j) = doctor(&with(&[
+        "--plugin",
+        &wsgi,
+        "--app-dir",
+        &apps,
+        "--blocking-threads",
+        "8",
+        "conformance:application",
+    ]));
+    assert_eq!(code, 0, "{j:#}");
+    assert_eq!(warnings(&j), ["lock-held-pool"], "{j:#}");
+    let (_, j) = doctor(&with(&[
+        "--plugin",
+        &wsgi,
+        "--app-dir",
+        &apps,
+        "--blocking-threads",
+        "2",
+        "conformance:application",
+    ]));
+    assert!(warnings(&j).is_empty(), "{j:#}");
+
+    // A fork-unsafe runtime without spawn mode; with it, no warning.
+    let (code, j) = doctor(&with(&[
+        "--plugin",
+        &wsgi,
+        "--app-dir",
+        &apps,
+        "forkunsafe_app:application",
+    ]));
+    assert_eq!(code, 0, "{j:#}");
+    assert_eq!(warnings(&j), ["fork-unsafe-runtime"], "{j:#}");
+    let fix = j["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "fork-unsafe-runtime")
+        .unwrap();
+    assert_eq!(fix["fix"], "add --spawn-workers");
+    let (_, j) = doctor(&with(&[
+        "--plugin",
+        &wsgi,
+        "--app-dir",
+        &apps,
+        "--spawn-workers",
+        "forkunsafe_app:application",
+    ]));
+    assert!(warnings(&j).is_empty(), "{j:#}");
+
+    // More workers than usable CPUs for a plugin that computes with threads.
+    let busy = bad_plugin("doctor_compute4", &["-DCOMPUTE_THREADS=4"])
+        .display()
+        .to_string();
+    let cpus = j["topology"]["usable_cpus"].as_u64().unwrap();
+    let workers = (cpus + 1).to_string();
+    let (code, j) = doctor(&with(&["--plugin", &busy, "--workers", &workers]));
+    assert_eq!(code, 0, "{j:#}");
+    assert_eq!(warnings(&j), ["workers-vs-cpus"], "{j:#}");
+}

@@ -4,6 +4,9 @@ by the view, so each view makes that one thing the variable.
 /release  hashlib over 64 KiB buffers: CPython drops the GIL for each update
 /hold     hashlib over 1 KiB buffers: under HASHLIB_GIL_MINSIZE, the GIL stays
 /seq      a short GIL-holding view that returns the order it was entered in
+/hash     8 x sha256 over 64 KiB: about a millisecond, the GIL released
+/sleep    time.sleep(5 ms): blocking I/O without the GIL
+/cpu      about 1 ms of pure Python
 Each hashing view does a fixed amount of work (about 200 ms, calibrated once
 per process on the first request), never work-until-a-deadline.
 """
@@ -44,6 +47,21 @@ def application(environ, start_response):
             n = _iterations[path] = _calibrate(buf)
         _hash(buf, n)
         body = f"{n}\n".encode()
+    elif path == "/hash":
+        # A request-sized GIL-releasing view: 8 x sha256 over 64 KiB.
+        for _ in range(8):
+            hashlib.sha256(BIG).digest()
+        body = b"hashed\n"
+    elif path == "/sleep":
+        # Blocking I/O stand-in: sleeps without the GIL.
+        time.sleep(0.005)
+        body = b"slept\n"
+    elif path == "/cpu":
+        # About a millisecond of pure Python: holds the GIL throughout.
+        total = 0
+        for i in range(20000):
+            total += i
+        body = b"done\n"
     elif path == "/seq":
         seq = next(_order)
         # About a millisecond of pure Python: holds the GIL.

@@ -10,6 +10,9 @@
 #ifndef ABI_MINOR
 #define ABI_MINOR M0_ABI_MINOR
 #endif
+#ifndef COMPUTE_THREADS
+#define COMPUTE_THREADS 1
+#endif
 #ifndef INFO_SIZE
 #define INFO_SIZE sizeof(M0PluginInfo)
 #endif
@@ -23,6 +26,7 @@ static const M0PluginInfo info = {
     .version = "0",
     .process_lock = M0_LOCK_NONE,
     .start = M0_START_FORK_SAFE,
+    .compute_threads = COMPUTE_THREADS,
 };
 
 #ifndef NO_INIT

@@ -295,7 +295,7 @@ unsafe fn init(host: &'static Host, args: *const M0InitArgs) -> Result<AppState,
         );
         // The same facts, one tab-separated key=value line, for --doctor.
         let facts = format!(
-            "wsgi-facts: version={}\tlibpython={}\texecutable={}\tprefix={}\tbase_prefix={}\tvenv={}\tapp={}\tresolved={}",
+            "wsgi-facts: version={}\tlibpython={}\texecutable={}\tprefix={}\tbase_prefix={}\tvenv={}\tapp={}\tresolved={}\tfork_unsafe={}",
             attr("version").replace(['\n', '\t'], " "),
             libpython
                 .as_deref()
@@ -314,6 +314,7 @@ unsafe fn init(host: &'static Host, args: *const M0InitArgs) -> Result<AppState,
                 .map(|r| r.to_string())
                 .unwrap_or_default()
                 .replace(['\n', '\t'], " "),
+            fork_unsafe_modules(&sys).join(","),
         );
         let about = format!("{about}\n{facts}");
         let name_port = (server_port != 0).then(|| {
@@ -347,6 +348,32 @@ unsafe fn init(host: &'static Host, args: *const M0InitArgs) -> Result<AppState,
         host.info(line);
     }
     Ok(app)
+}
+
+/// Runtimes the app imported that do not survive `fork()` without `exec`
+/// (threads or driver state made at import): the doctor warns about them
+/// unless workers are spawned.
+const FORK_UNSAFE: [&str; 9] = [
+    "torch",
+    "tensorflow",
+    "jax",
+    "max",
+    "coremltools",
+    "objc",
+    "grpc",
+    "cupy",
+    "mlx",
+];
+
+fn fork_unsafe_modules(sys: &Bound<'_, PyModule>) -> Vec<&'static str> {
+    let Ok(modules) = sys.getattr("modules") else {
+        return Vec::new();
+    };
+    FORK_UNSAFE
+        .iter()
+        .copied()
+        .filter(|m| modules.contains(*m).unwrap_or(false))
+        .collect()
 }
 
 /// Builds a handler thread's context: thread state, environ template.

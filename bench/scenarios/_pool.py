@@ -1,0 +1,48 @@
+"""Shared by pool_cpu, pool_release and pool_sleep: the adaptive handler pool
+against fixed sizes 1, 2, 4, 8 on one WSGI view, one worker pinned to CPU 0,
+wrk on CPU 1 at 8 and 64 connections, alternated in one run.
+
+Issue 5's target: the adaptive pool reaches at least 0.95x the best fixed
+size's req/s on every view, with a p99 no worse than the best fixed size's
+by more than 10%.
+"""
+
+from harness import M0SERVE, Load, Server, fmt_ratio
+
+SIZES = ["adaptive", "1", "2", "4", "8"]
+NEEDS = ["wrk", "m0serve"]
+ANCHOR = "adaptive"
+ROUNDS = 2
+DURATION = 8
+WARMUP = 3  # the adaptive pool settles within the warm-up
+
+
+def servers(path: str, body: bytes) -> list:
+    out = []
+    for size in SIZES:
+        cmd = [str(M0SERVE), "--plugin", "wsgi", "--app-dir", "{root}/tests/apps",
+               "--host", "127.0.0.1", "--port", "{port}", "--workers", "1"]
+        if size != "adaptive":
+            cmd += ["--blocking-threads", size]
+        cmd.append("pool_app:application")
+        out.append(Server(size if size == "adaptive" else f"fixed {size}", cmd, cpus="0",
+                          expect=body, path=path))
+    return out
+
+
+def loads(path: str) -> list:
+    return [Load(conns=8, path=path), Load(conns=64, path=path)]
+
+
+def verdict(summary, conns_list=(8, 64)) -> str:
+    parts = []
+    for conns in conns_list:
+        fixed = [(name, s) for (name, c), s in summary.items() if c == conns and name != "adaptive"]
+        best_name, best = max(fixed, key=lambda kv: kv[1]["rps"])
+        a = summary[("adaptive", conns)]
+        rps = a["rps"] / best["rps"]
+        p99 = a["p99"] / best["p99"]
+        ok = rps >= 0.95 and p99 <= 1.10
+        parts.append(f"c{conns} {'met' if ok else '**not met**'}: adaptive {fmt_ratio(rps)} the req/s "
+                     f"of the best fixed size ({best_name}), p99 {fmt_ratio(p99)} of its p99")
+    return "Target (>= 0.95x req/s, p99 <= 1.10x, against the best fixed size): " + "; ".join(parts) + "."
