@@ -328,3 +328,69 @@ fn startup_output_names_the_supervisor_each_worker_and_the_ready_banner() {
         "{log}"
     );
 }
+
+#[test]
+fn as_pid_1_in_a_container_it_serves_reaps_and_exits_0_on_sigterm() {
+    // A new PID namespace makes the supervisor PID 1, as in a container.
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.args(["--pid", "--fork", "--mount-proc"])
+        .arg(support::binary());
+    cmd.args(hello_args(&[
+        "--workers",
+        "2",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+    ]));
+    let mut s = Server::start_cmd(cmd);
+    assert!(
+        s.log().contains("m0serve[1] supervisor: pid=1 starting"),
+        "{}",
+        s.log()
+    );
+    assert_eq!(support::get(s.addr, "/").status, 200);
+    // The supervisor's pid outside the namespace: unshare's only child.
+    let children =
+        std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", s.pid())).unwrap();
+    let supervisor: i32 = children
+        .split_whitespace()
+        .next()
+        .expect("unshare has a child")
+        .parse()
+        .unwrap();
+    // Only the two workers remain below it: the plugin probe was reaped.
+    let below =
+        std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", supervisor)).unwrap();
+    assert_eq!(
+        below.split_whitespace().count(),
+        2,
+        "children of PID 1: {below}"
+    );
+    // SAFETY: signalling the supervisor this test started.
+    unsafe { libc::kill(supervisor, libc::SIGTERM) };
+    let status = s
+        .wait_exit(Duration::from_secs(20))
+        .expect("exits on SIGTERM");
+    assert_eq!(status.code(), Some(0), "{}", s.log());
+}
+
+#[test]
+fn workers_leave_when_the_supervisor_is_killed() {
+    let s = start(&["--workers", "2"]);
+    let pids = s.worker_pids();
+    assert_eq!(pids.len(), 2);
+    s.signal(libc::SIGKILL);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    // A worker that outlived its supervisor would be reparented, not gone.
+    let alive = |pid: &i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|st| !st.contains(") Z "))
+    };
+    while Instant::now() < deadline && pids.iter().any(alive) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        !pids.iter().any(alive),
+        "workers outlived the supervisor: {pids:?}"
+    );
+}
