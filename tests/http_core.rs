@@ -306,3 +306,23 @@ fn request_headers_are_handed_over_as_sent() {
         "Host: t\nX-Mixed-Case: Va lue\nx-dup: 1\nx-dup: 2\n"
     );
 }
+
+#[test]
+fn a_full_queue_answers_503_with_retry_after() {
+    let s = hello(&["--blocking-threads", "1", "--queue-depth", "1"]);
+    let addr = s.addr;
+    // One request occupies the only thread, one waits in the queue.
+    let busy = std::thread::spawn(move || support::get(addr, "/sleep?ms=800").status);
+    std::thread::sleep(Duration::from_millis(150));
+    let queued = std::thread::spawn(move || support::get(addr, "/").status);
+    std::thread::sleep(Duration::from_millis(150));
+    let mut c = Client::connect(addr);
+    c.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n");
+    let r = c.read_response(false).unwrap();
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert_eq!(busy.join().unwrap(), 200);
+    assert_eq!(queued.join().unwrap(), 200);
+    // Once the queue has room the server answers normally.
+    assert_eq!(support::get(addr, "/").status, 200);
+}
