@@ -186,6 +186,17 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
 
 fn finish(exit: Exit, mut pool: Pool, accepted: u64) -> Result<i32, (i32, String)> {
     let completed = pool.stats().completed.load(Ordering::Relaxed);
+    let per_request = |ns: u64| ns as f64 / completed.max(1) as f64 / 1000.0;
+    let (_, threads) = pool.size();
+    crate::log::info(format_args!(
+        "handler pool: {threads} thread(s) at the end; per request {:.1} us queued, {:.1} us in the plugin; \
+         {} lock wait(s) totalling {:.1} ms; {} refused with 503",
+        per_request(pool.stats().queue_wait_ns.load(Ordering::Relaxed)),
+        per_request(pool.stats().service_ns.load(Ordering::Relaxed)),
+        host::LOCK_WAITS.load(Ordering::Relaxed),
+        host::LOCK_WAIT_NS.load(Ordering::Relaxed) as f64 / 1e6,
+        pool.stats().refused.load(Ordering::Relaxed),
+    ));
     let code = match exit {
         Exit::Drained => 0,
         Exit::Immediate if fatal_stop_requested() => {
