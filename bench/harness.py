@@ -513,14 +513,17 @@ def parse_wrk(out: str) -> dict:
         r[f"p{pct}"] = _us(m.group(1))
     m = re.search(r"(\d+) requests in", out)
     r["requests"] = int(m.group(1)) if m else 0
-    errs = 0
+    errs, detail = 0, {}
     m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
     if m:
         errs += sum(int(x) for x in m.groups())
+        detail.update(zip(("connect", "read", "write", "timeout"), map(int, m.groups())))
     m = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     if m:
         errs += int(m.group(1))
+        detail["non-2xx/3xx"] = int(m.group(1))
     r["errors"] = errs
+    r["error_detail"] = detail
     return r
 
 
@@ -637,6 +640,8 @@ def throughput(mod, opts) -> Report:
                         wrk(run.port, ld, warm)
                         r = measure(run, ld, dur)
                     results.setdefault((s.name, ld.conns), []).append(r)
+                    with open(server_dir(s) / "wrk.log", "a") as f:       # for inspection
+                        f.write(f"\n# round {rnd + 1} c{ld.conns}\n{r['raw']}")
                     log(f"  c{ld.conns}: {fmt_rps(r['rps'])} req/s p50 {fmt_us(r['p50'])} "
                         f"p99 {fmt_us(r['p99'])} cpu {r['cpu']:.0f}% other {r['other']:.0f}%")
                     if run.proc.poll() is not None:
@@ -673,7 +678,13 @@ def throughput(mod, opts) -> Report:
                          f"{max(r['other'] for r in rs):.0f}%"])
             errs = sum(r["errors"] for r in rs)
             if errs:
-                notes.append(f"**{s.name} c{ld.conns}: {errs} wrk errors** (socket errors or non-2xx)")
+                kinds: dict[str, int] = {}
+                for r in rs:
+                    for k, v in r.get("error_detail", {}).items():
+                        kinds[k] = kinds.get(k, 0) + v
+                notes.append(f"**{s.name} c{ld.conns}: {errs} wrk errors** over "
+                             f"{sum(r['requests'] for r in rs):,} requests ("
+                             + ", ".join(f"{k} {v}" for k, v in kinds.items() if v) + ")")
 
     ver = [f"{s.name}: {version_of(s) or '-'}" for s in servers if s.version_cmd]
     wrk_ver = re.findall(r"wrk \S+?/([\d.]+)", _sh(["wrk", "-v"]).stdout.decode(errors="replace"))
