@@ -119,10 +119,6 @@ impl SharedPage {
         })
     }
 
-    pub fn fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
-    }
-
     pub fn fd_owned(&self) -> &OwnedFd {
         &self.fd
     }
