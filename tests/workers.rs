@@ -99,7 +99,13 @@ fn crash_route_takes_down_one_worker_which_returns() {
     );
     assert!(s.wait_for_log("replacing it", Duration::from_secs(10)));
     assert_eq!(support::get(s.addr, "/").status, 200);
-    assert_eq!(s.log_count(" started"), 3, "{}", s.log());
+    // The replacement's "started" line can trail "replacing it" on the pipe.
+    assert_eq!(
+        s.wait_for_log_count(" started", 3, Duration::from_secs(10)),
+        3,
+        "{}",
+        s.log()
+    );
 }
 
 #[test]

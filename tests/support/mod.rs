@@ -126,6 +126,19 @@ impl Server {
         false
     }
 
+    /// Wait until at least `n` log lines contain `needle`, or `timeout`
+    /// passes; returns the count then, so the caller asserts the exact number.
+    pub fn wait_for_log_count(&self, needle: &str, n: usize, timeout: Duration) -> usize {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let count = self.log_count(needle);
+            if count >= n || Instant::now() >= deadline {
+                return count;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Count of lines in the log containing `needle`.
     pub fn log_count(&self, needle: &str) -> usize {
         self.log().lines().filter(|l| l.contains(needle)).count()
