@@ -39,7 +39,7 @@ fn timed_get(addr: SocketAddr, path: &str) -> Duration {
 
 /// Wall time of one request, and of two at once, each the median of 3.
 fn one_and_two(addr: SocketAddr, path: &str) -> f64 {
-    timed_get(addr, path); // calibrates the view's fixed work
+    timed_get(addr, path); // warms: the first call loads ctypes and libc
     let mut ones: Vec<f64> = (0..3)
         .map(|_| timed_get(addr, path).as_secs_f64())
         .collect();

@@ -34,7 +34,12 @@ fn round(conn: &mut Conn, i: usize) {
 
 #[test]
 fn worker_rss_is_flat_over_20k_requests() {
-    let srv = WsgiServer::start("conformance:application", &["--workers", "1"]);
+    // A fixed pool: thread stacks and per-thread arenas are not leaks, and
+    // this test must not depend on what the adaptive controller decides.
+    let srv = WsgiServer::start(
+        "conformance:application",
+        &["--workers", "1", "--blocking-threads", "2"],
+    );
     let worker: u32 = get(srv.port, "/pid").text().trim().parse().unwrap();
     // Keep-alive connections, a fresh one every 500 requests.
     let mut conn = Conn::open(srv.port);

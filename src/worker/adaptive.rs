@@ -119,7 +119,11 @@ impl Controller {
         }
         let (queued, busy) = pool.load();
         let (live, target) = pool.size();
-        if queued > 0 {
+        // A backlog only counts when no thread is free to take it: a job
+        // caught between submit and pickup (one client, a descheduled thread
+        // on a busy machine) is not a reason to add threads, and counting it
+        // let noise in the completion rate ratchet the pool upwards.
+        if queued > live.saturating_sub(busy) {
             self.last_queued = now;
             self.queued_in_window = true;
         }
