@@ -39,7 +39,7 @@ fn timed_get(addr: SocketAddr, path: &str) -> Duration {
 
 /// Wall time of one request, and of two at once, each the median of 3.
 fn one_and_two(addr: SocketAddr, path: &str) -> f64 {
-    timed_get(addr, path); // warms: the first call loads ctypes and libc
+    timed_get(addr, path); // calibrates the view's fixed work
     let mut ones: Vec<f64> = (0..3)
         .map(|_| timed_get(addr, path).as_secs_f64())
         .collect();
@@ -86,6 +86,22 @@ fn a_view_that_releases_the_gil_runs_in_parallel_and_one_that_holds_it_does_not(
         release_1 > 1.6 && hold_1 > 1.6,
         "one thread serialises both: {release_1:.2}, {hold_1:.2}"
     );
+}
+
+/// The same judgement with views that block instead of compute: the ratio
+/// then depends on the GIL alone, not also on how many CPUs are idle.
+#[test]
+fn a_call_that_blocks_without_the_gil_overlaps_and_one_that_blocks_holding_it_does_not() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let two = pool_server("2");
+    let release = one_and_two(two.addr, "/block-release");
+    let hold = one_and_two(two.addr, "/block-hold");
+    eprintln!("two at once / one alone, blocking 200 ms: release {release:.2} hold {hold:.2}");
+    assert!(
+        release < 1.3,
+        "the GIL-free block did not overlap: {release:.2}"
+    );
+    assert!(hold > 1.7, "the GIL-holding block overlapped: {hold:.2}");
 }
 
 #[test]

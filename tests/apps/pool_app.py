@@ -1,16 +1,18 @@
 """Views for the handler-pool tests: whether threads run at once is decided
 by the view, so each view makes that one thing the variable.
 
-/release  usleep(200 ms) through ctypes.CDLL: the GIL is dropped for the call
-/hold     usleep(200 ms) through ctypes.PyDLL: the GIL is held for the call
+/release  hashlib over 64 KiB buffers: CPython drops the GIL for each update
+/hold     hashlib over 1 KiB buffers: under HASHLIB_GIL_MINSIZE, the GIL stays
+/block-release  usleep(200 ms) through ctypes.CDLL: the GIL is dropped
+/block-hold     usleep(200 ms) through ctypes.PyDLL: the GIL is kept
 /seq      a short GIL-holding view that returns the order it was entered in
 /hash     8 x sha256 over 64 KiB: about a millisecond, the GIL released
 /sleep    time.sleep(5 ms): blocking I/O without the GIL
 /cpu      about 1 ms of pure Python
-/release and /hold block rather than compute, so whether two of them overlap
-depends on the GIL alone and not on how many CPUs are idle: on a busy CI
-machine, CPU-bound views measured the neighbours as much as the pool. The
-same libc call, made with and without the GIL, is the one variable.
+Each hashing view does a fixed amount of work (about 200 ms, calibrated once
+per process on the first request), never work-until-a-deadline. The /block-* views make the same comparison
+without computing, so idle CPUs are not a second variable: the same libc call,
+made with and without the GIL.
 """
 
 import ctypes
@@ -19,17 +21,42 @@ import itertools
 import time
 
 BIG = b"r" * 65536
+SMALL = b"h" * 1024
+_iterations = {}
 _order = itertools.count()
 # CDLL releases the GIL around each foreign call; PyDLL keeps it.
 _usleep_released = ctypes.CDLL(None).usleep
 _usleep_held = ctypes.PyDLL(None).usleep
-BLOCK_US = 200_000
+
+
+def _calibrate(buf, target=0.2):
+    n = 16
+    while True:
+        started = time.perf_counter()
+        for _ in range(n):
+            hashlib.sha256(buf).digest()
+        took = time.perf_counter() - started
+        if took > 0.05:
+            return max(1, int(n * target / took))
+        n *= 2
+
+
+def _hash(buf, n):
+    for _ in range(n):
+        hashlib.sha256(buf).digest()
 
 
 def application(environ, start_response):
     path = environ["PATH_INFO"]
     if path in ("/release", "/hold"):
-        (_usleep_released if path == "/release" else _usleep_held)(BLOCK_US)
+        buf = BIG if path == "/release" else SMALL
+        n = _iterations.get(path)
+        if n is None:
+            n = _iterations[path] = _calibrate(buf)
+        _hash(buf, n)
+        body = f"{n}\n".encode()
+    elif path in ("/block-release", "/block-hold"):
+        (_usleep_released if path == "/block-release" else _usleep_held)(200_000)
         body = b"blocked\n"
     elif path == "/hash":
         # A request-sized GIL-releasing view: 8 x sha256 over 64 KiB.
