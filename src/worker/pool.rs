@@ -302,11 +302,18 @@ fn handler_thread(shared: Arc<Shared>, index: u32) {
     // first of them was pushed (see `announce`).
     let mut unannounced = 0usize;
     let mut first_unannounced = Instant::now();
+    let mut counted_live = true;
     loop {
         let job = {
             let mut q = lock(&shared.queue);
             loop {
                 if q.live > q.target {
+                    // Leave, and say so now: counted until the thread had
+                    // finished its stop hook, every thread finishing a job
+                    // meanwhile saw the same surplus and left too, emptying
+                    // the pool until the controller noticed (a 40 ms stall).
+                    q.live -= 1;
+                    counted_live = false;
                     break None;
                 }
                 if let Some(job) = q.jobs.pop_front() {
@@ -369,7 +376,9 @@ fn handler_thread(shared: Arc<Shared>, index: u32) {
         // whose start hook ran.
         unsafe { stop(calls.state, index) };
     }
-    lock(&shared.queue).live -= 1;
+    if counted_live {
+        lock(&shared.queue).live -= 1;
+    }
 }
 
 /// Completions are announced to the loop in batches: while more jobs are
@@ -458,4 +467,67 @@ fn serve(
         )
     };
     exchange.conclude(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    static STOPPED: AtomicUsize = AtomicUsize::new(0);
+
+    unsafe extern "C" fn never_called(
+        _: *mut c_void,
+        _: *const abi::M0Request,
+        _: *mut abi::M0Response,
+    ) -> i32 {
+        abi::M0_ERR_INTERNAL
+    }
+
+    /// A stop hook that takes a while, as the WSGI plugin's does when it
+    /// waits for the GIL: the window in which surplus used to be miscounted.
+    unsafe extern "C" fn slow_stop(_: *mut c_void, _: u32) {
+        std::thread::sleep(Duration::from_millis(100));
+        STOPPED.fetch_add(1, Ordering::SeqCst);
+    }
+
+    #[test]
+    fn shrinking_retires_only_the_surplus() {
+        let poll = mio::Poll::new().unwrap();
+        let waker = mio::Waker::new(poll.registry(), mio::Token(0)).unwrap();
+        let calls = Calls {
+            handle: never_called,
+            thread_start: None,
+            thread_stop: Some(slow_stop),
+            shutdown: None,
+            state: std::ptr::null_mut(),
+        };
+        let mut pool = Pool::start(
+            PoolSettings {
+                threads: 4,
+                capacity: 16,
+                calls,
+                server_ip: "127.0.0.1".into(),
+                server_port: 0,
+                worker_index: 0,
+                write_timeout: None,
+            },
+            waker,
+        );
+        // Let all four threads park, then ask for one.
+        while lock(&pool.shared.queue).idle < 4 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        pool.resize(1);
+        while STOPPED.load(Ordering::SeqCst) < 3 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // Every woken thread saw the surplus; exactly three may act on it.
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(STOPPED.load(Ordering::SeqCst), 3);
+        assert_eq!(pool.size(), (1, 1));
+        assert_eq!(lock(&pool.shared.queue).idle, 1);
+        pool.stop(Duration::from_secs(5));
+        assert_eq!(STOPPED.load(Ordering::SeqCst), 4);
+    }
 }
