@@ -60,16 +60,21 @@ fn one_and_two(addr: SocketAddr, path: &str) -> f64 {
     twos[1] / ones[1]
 }
 
+/// The two-at-once / one-alone ratios of a GIL-releasing and a GIL-holding
+/// view, on one server with `threads` handler threads.
+fn release_and_hold(threads: &str, release: &str, hold: &str) -> (f64, f64) {
+    let server = pool_server(threads);
+    (
+        one_and_two(server.addr, release),
+        one_and_two(server.addr, hold),
+    )
+}
+
 #[test]
 fn a_view_that_releases_the_gil_runs_in_parallel_and_one_that_holds_it_does_not() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let two = pool_server("2");
-    let release = one_and_two(two.addr, "/release");
-    let hold = one_and_two(two.addr, "/hold");
-    drop(two);
-    let one = pool_server("1");
-    let release_1 = one_and_two(one.addr, "/release");
-    let hold_1 = one_and_two(one.addr, "/hold");
+    let (release, hold) = release_and_hold("2", "/release", "/hold");
+    let (release_1, hold_1) = release_and_hold("1", "/release", "/hold");
     eprintln!(
         "two at once / one alone: 2 threads release {release:.2} hold {hold:.2}; 1 thread release {release_1:.2} hold {hold_1:.2}"
     );
@@ -93,9 +98,7 @@ fn a_view_that_releases_the_gil_runs_in_parallel_and_one_that_holds_it_does_not(
 #[test]
 fn a_call_that_blocks_without_the_gil_overlaps_and_one_that_blocks_holding_it_does_not() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let two = pool_server("2");
-    let release = one_and_two(two.addr, "/block-release");
-    let hold = one_and_two(two.addr, "/block-hold");
+    let (release, hold) = release_and_hold("2", "/block-release", "/block-hold");
     eprintln!("two at once / one alone, blocking 200 ms: release {release:.2} hold {hold:.2}");
     assert!(
         release < 1.3,

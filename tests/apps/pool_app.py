@@ -10,9 +10,9 @@ by the view, so each view makes that one thing the variable.
 /sleep    time.sleep(5 ms): blocking I/O without the GIL
 /cpu      about 1 ms of pure Python
 Each hashing view does a fixed amount of work (about 200 ms, calibrated once
-per process on the first request), never work-until-a-deadline. The /block-* views make the same comparison
-without computing, so idle CPUs are not a second variable: the same libc call,
-made with and without the GIL.
+per process on the first request), never work-until-a-deadline. The
+/block-* views make the same comparison without computing, so idle CPUs are
+not a second variable: the same libc call, made with and without the GIL.
 """
 
 import ctypes

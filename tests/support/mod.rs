@@ -114,16 +114,9 @@ impl Server {
         self.log.lock().unwrap().clone()
     }
 
-    /// Wait until the log contains `needle` (true) or `timeout` passes.
+    /// Wait until a log line contains `needle` (true) or `timeout` passes.
     pub fn wait_for_log(&self, needle: &str, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if self.log().contains(needle) {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        false
+        self.wait_for_log_count(needle, 1, timeout) >= 1
     }
 
     /// Wait until at least `n` log lines contain `needle`, or `timeout`
