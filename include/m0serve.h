@@ -44,10 +44,14 @@ M0_EXPORT int32_t m0_plugin_init(const M0Host *host, const M0InitArgs *args,
 #define M0_ABI_MAJOR 1
 
 // Minor ABI version: grows with additive changes.
-#define M0_ABI_MINOR 0
+#define M0_ABI_MINOR 1
 
 // Success.
 #define M0_OK 0
+
+// From a call made with `M0_REQ_ON_LOOP`, before any response: "this one
+// may block; call me again on a handler thread". An error anywhere else.
+#define M0_DEFER 1
 
 // Internal error in the plugin (500).
 #define M0_ERR_INTERNAL -1
@@ -129,6 +133,17 @@ M0_EXPORT int32_t m0_plugin_init(const M0Host *host, const M0InitArgs *args,
 
 // Capability bit: the plugin reports lock wait with `M0_COUNTER_LOCK_WAIT_NS`.
 #define M0_CAP_REPORTS_LOCK_WAIT 2
+
+// Capability bit (1.1): `handle` answers without blocking (no sleeps, no
+// waits on locks or other processes), so the host may call it on the
+// event-loop thread, saving the hand-off to a handler thread. Such calls
+// carry `M0_REQ_ON_LOOP`; a request that would block returns `M0_DEFER`
+// and is called again on a handler thread. Honoured for reentrant plugins
+// with no concurrency cap, whose thread hooks then also run on the loop.
+#define M0_CAP_INLINE 4
+
+// `M0Request::flags` bit (1.1): this call is on the event-loop thread.
+#define M0_REQ_ON_LOOP 1
 
 // Log levels for `M0Host::log`.
 #define M0_LOG_ERROR 1
@@ -233,6 +248,9 @@ typedef struct M0Request {
   uint32_t thread_index;
   // The host's own data; plugins pass the request back, never this.
   void *host_data;
+  // 1.1: `M0_REQ_*` bits. Read it only when `size` covers it (a plugin
+  // that declares minor 1 or later always gets it).
+  uint32_t flags;
 } M0Request;
 
 // Error detail written by `m0_plugin_init` on failure; the buffer belongs to

@@ -50,6 +50,12 @@ pub struct Cli {
     #[arg(long, env = "M0_BLOCKING_THREADS", value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub blocking_threads: Option<u32>,
 
+    /// Never call the plugin on the event-loop thread, even when it declares
+    /// that its handler does not block (M0_CAP_INLINE); every call then goes
+    /// through the handler pool.
+    #[arg(long, env = "M0_NO_INLINE", value_parser = parse_bool_flag, num_args = 0, default_missing_value = "true", default_value = "false")]
+    pub no_inline: bool,
+
     /// Requests queued per worker before the server answers 503.
     #[arg(long, env = "M0_QUEUE_DEPTH", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
     pub queue_depth: u32,

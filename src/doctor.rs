@@ -101,7 +101,8 @@ fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
                 .bool("needs_exec", d.needs_exec)
                 .num("compute_threads", d.compute_threads)
                 .bool("batching", d.batch)
-                .num("max_batch", d.max_batch);
+                .num("max_batch", d.max_batch)
+                .bool("declares_inline", d.inline);
         }
         None => {
             j.null("name");
@@ -182,7 +183,17 @@ fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
             };
         }
     }
-    j.end_object().end_object();
+    j.end_object();
+    match f.descriptor.as_ref() {
+        Some(d) => {
+            let (on, why) = crate::worker::sizing::inline_calls(d, cli.no_inline);
+            j.bool("inline_calls", on).str("inline_reason", why);
+        }
+        None => {
+            j.null("inline_calls");
+        }
+    }
+    j.end_object();
 
     j.begin_object(Some("server"))
         .str("host", &cli.host)

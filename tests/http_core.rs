@@ -311,13 +311,14 @@ fn request_headers_are_handed_over_as_sent() {
 fn a_full_queue_answers_503_with_retry_after() {
     let s = hello(&["--blocking-threads", "1", "--queue-depth", "1"]);
     let addr = s.addr;
-    // One request occupies the only thread, one waits in the queue.
+    // One request occupies the only thread, one waits in the queue. (Only
+    // /sleep reaches the pool: hello_c answers the rest on the loop.)
     let busy = std::thread::spawn(move || support::get(addr, "/sleep?ms=800").status);
     std::thread::sleep(Duration::from_millis(150));
-    let queued = std::thread::spawn(move || support::get(addr, "/").status);
+    let queued = std::thread::spawn(move || support::get(addr, "/sleep?ms=1").status);
     std::thread::sleep(Duration::from_millis(150));
     let mut c = Client::connect(addr);
-    c.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n");
+    c.send(b"GET /sleep?ms=1 HTTP/1.1\r\nHost: t\r\n\r\n");
     let r = c.read_response(false).unwrap();
     assert_eq!(r.status, 503);
     assert_eq!(r.header("retry-after"), Some("1"));

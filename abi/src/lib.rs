@@ -26,7 +26,9 @@
 //! accepts a plugin built for the same or an older minor, and refuses a newer
 //! one (it may call host functions this host does not have).
 //!
-//! Changelog: 1.0: first version.
+//! Changelog: 1.0: first version. 1.1: `M0_CAP_INLINE`, `M0Request::flags`
+//! with `M0_REQ_ON_LOOP`, and the `M0_DEFER` return code: a plugin whose
+//! handler does not block may be called on the event-loop thread.
 #![no_std]
 
 use core::ffi::{c_char, c_void};
@@ -34,7 +36,7 @@ use core::ffi::{c_char, c_void};
 /// Major ABI version: a plugin built for another major is refused.
 pub const M0_ABI_MAJOR: u32 = 1;
 /// Minor ABI version: grows with additive changes.
-pub const M0_ABI_MINOR: u32 = 0;
+pub const M0_ABI_MINOR: u32 = 1;
 
 // ---------------------------------------------------------------------------
 // Return codes. Stable, never reused. Negative codes from `handle` map to an
@@ -43,6 +45,9 @@ pub const M0_ABI_MINOR: u32 = 0;
 
 /// Success.
 pub const M0_OK: i32 = 0;
+/// From a call made with `M0_REQ_ON_LOOP`, before any response: "this one
+/// may block; call me again on a handler thread". An error anywhere else.
+pub const M0_DEFER: i32 = 1;
 /// Internal error in the plugin (500).
 pub const M0_ERR_INTERNAL: i32 = -1;
 /// The request is invalid for this handler (400).
@@ -108,6 +113,16 @@ pub const M0_START_NEEDS_EXEC: u32 = 2;
 pub const M0_CAP_BATCH: u32 = 1;
 /// Capability bit: the plugin reports lock wait with `M0_COUNTER_LOCK_WAIT_NS`.
 pub const M0_CAP_REPORTS_LOCK_WAIT: u32 = 2;
+/// Capability bit (1.1): `handle` answers without blocking (no sleeps, no
+/// waits on locks or other processes), so the host may call it on the
+/// event-loop thread, saving the hand-off to a handler thread. Such calls
+/// carry `M0_REQ_ON_LOOP`; a request that would block returns `M0_DEFER`
+/// and is called again on a handler thread. Honoured for reentrant plugins
+/// with no concurrency cap, whose thread hooks then also run on the loop.
+pub const M0_CAP_INLINE: u32 = 4;
+
+/// `M0Request::flags` bit (1.1): this call is on the event-loop thread.
+pub const M0_REQ_ON_LOOP: u32 = 1;
 
 /// Log levels for `M0Host::log`.
 pub const M0_LOG_ERROR: u32 = 1;
@@ -252,6 +267,9 @@ pub struct M0Request {
     pub thread_index: u32,
     /// The host's own data; plugins pass the request back, never this.
     pub host_data: *mut c_void,
+    /// 1.1: `M0_REQ_*` bits. Read it only when `size` covers it (a plugin
+    /// that declares minor 1 or later always gets it).
+    pub flags: u32,
 }
 
 /// The response under construction; opaque to plugins.

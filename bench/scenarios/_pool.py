@@ -7,9 +7,12 @@ size's req/s on every view, with a p99 no worse than the best fixed size's
 by more than 10%.
 """
 
+import os
+
 from harness import M0SERVE, Load, Server, fmt_ratio
 
-SIZES = ["adaptive", "1", "2", "4", "8"]
+# POOL_SIZES=adaptive,1,2 narrows a run while tuning (never for a recorded one).
+SIZES = os.environ.get("POOL_SIZES", "adaptive,1,2,4,8").split(",")
 NEEDS = ["wrk", "m0serve"]
 ANCHOR = "adaptive"
 ROUNDS = 2
@@ -34,15 +37,23 @@ def loads(path: str) -> list:
     return [Load(conns=8, path=path), Load(conns=64, path=path)]
 
 
+# Fixed sizes within this of the best req/s tie; the tie with the lowest p99
+# is the reference, so the verdict does not flip with noise between sizes.
+TIE = 0.03
+
+
 def verdict(summary, conns_list=(8, 64)) -> str:
     parts = []
     for conns in conns_list:
         fixed = [(name, s) for (name, c), s in summary.items() if c == conns and name != "adaptive"]
-        best_name, best = max(fixed, key=lambda kv: kv[1]["rps"])
+        top = max(s["rps"] for _, s in fixed)
+        ties = [(name, s) for name, s in fixed if s["rps"] >= top * (1 - TIE)]
+        best_name, best = min(ties, key=lambda kv: kv[1]["p99"])
         a = summary[("adaptive", conns)]
         rps = a["rps"] / best["rps"]
         p99 = a["p99"] / best["p99"]
         ok = rps >= 0.95 and p99 <= 1.10
         parts.append(f"c{conns} {'met' if ok else '**not met**'}: adaptive {fmt_ratio(rps)} the req/s "
                      f"of the best fixed size ({best_name}), p99 {fmt_ratio(p99)} of its p99")
-    return "Target (>= 0.95x req/s, p99 <= 1.10x, against the best fixed size): " + "; ".join(parts) + "."
+    return ("Target (>= 0.95x req/s, p99 <= 1.10x, against the best fixed size: of the sizes within "
+            f"{TIE:.0%} of the top req/s, the one with the lowest p99): " + "; ".join(parts) + ".")

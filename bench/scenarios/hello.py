@@ -3,6 +3,9 @@
 Both servers are single processes pinned to CPU 0 (nginx: one worker, plus
 its idle master); wrk runs one thread pinned to CPU 1. Keep-alive, 8 and 64
 connections. Both answer GET / with the 13-byte body "hello, world\n".
+Neither closes a keep-alive connection on its own: nginx gets
+`keepalive_requests 1000000000`, m0serve `--max-keepalive-requests 0` (both
+default to 1000, which makes wrk reconnect every 1000 requests).
 """
 
 from harness import M0SERVE, Load, Server, nginx, fmt_ratio
@@ -18,7 +21,7 @@ BODY = b"hello, world\n"
 SERVERS = [
     Server("m0serve hello_c",
            [str(M0SERVE), "--plugin", "hello_c", "--host", "127.0.0.1", "--port", "{port}",
-            "--workers", "1"],
+            "--workers", "1", "--max-keepalive-requests", "0"],
            cpus="0", expect=BODY),
     nginx("nginx", '        location = / { return 200 "hello, world\\n"; }', cpus="0", expect=BODY),
 ]

@@ -38,7 +38,9 @@ def servers(n: int) -> list[Server]:
     out = [
         Server(f"m0serve {tag}",
                ["{m0serve}", "--plugin", "wsgi", "--app-dir", "{bench}/apps", APP,
-                "--host", "127.0.0.1", "--port", "{port}", "--workers", str(n)],
+                "--host", "127.0.0.1", "--port", "{port}", "--workers", str(n),
+                # The peers never close a keep-alive connection on their own.
+                "--max-keepalive-requests", "0"],
                cpus=cpus, expect=BODY, version_cmd=["{m0serve}", "--version"]),
         Server(f"granian {tag}",
                ["{venv}/bin/granian", "--interface", "wsgi", "--host", "127.0.0.1",

@@ -7,7 +7,7 @@
  *   GET  /headers       the request headers, one "name: value" per line
  *   GET  /status/NNN    an empty response with that status
  *   GET  /stream        several chunks with no declared length (chunked)
- *   GET  /sleep?ms=N    blocks the handler thread N ms, then answers
+ *   GET  /sleep?ms=N    blocks a handler thread N ms, then answers
  *   GET  /pid           the worker's process id (which worker served you)
  *   GET  /crash         kills its own process (for the supervisor's tests)
  *
@@ -27,7 +27,10 @@
 /* The host's function table, saved at init. */
 static const M0Host *host;
 
-/* Every handler thread may call us at once: we keep no mutable state. */
+/* Every handler thread may call us at once: we keep no mutable state. And
+ * no route blocks except /sleep, which defers when called on the event loop,
+ * so we declare M0_CAP_INLINE: the loop answers the rest itself, with no
+ * hand-off to a handler thread. */
 static const M0PluginInfo info = {
     .size = sizeof(M0PluginInfo),
     .abi_major = M0_ABI_MAJOR,
@@ -39,7 +42,7 @@ static const M0PluginInfo info = {
     .process_lock = M0_LOCK_NONE,
     .start = M0_START_FORK_SAFE,
     .compute_threads = 1,
-    .caps = 0,
+    .caps = M0_CAP_INLINE,
     .max_batch = 0,
 };
 
@@ -150,6 +153,10 @@ static int32_t handle(void *state, const M0Request *req, M0Response *resp) {
         return stream(resp);
     }
     if (str_eq(path, "/sleep")) {
+        if (req->flags & M0_REQ_ON_LOOP) {
+            /* Never block the event loop: ask for a handler thread. */
+            return M0_DEFER;
+        }
         long ms = query_number(req->query, "ms", 100);
         struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
         nanosleep(&ts, NULL);

@@ -34,6 +34,8 @@ pub struct Descriptor {
     pub batch: bool,
     pub max_batch: u32,
     pub reports_lock_wait: bool,
+    /// Declares `M0_CAP_INLINE`: its handler never blocks.
+    pub inline: bool,
 }
 
 impl Descriptor {
@@ -60,6 +62,7 @@ impl Descriptor {
             batch: info.caps & abi::M0_CAP_BATCH != 0,
             max_batch: info.max_batch,
             reports_lock_wait: info.caps & abi::M0_CAP_REPORTS_LOCK_WAIT != 0,
+            inline: info.caps & abi::M0_CAP_INLINE != 0,
         }
     }
 
@@ -69,6 +72,21 @@ impl Descriptor {
             CallModel::Pinned | CallModel::Serialized => 1,
             CallModel::Reentrant if self.max_concurrency > 0 => self.max_concurrency,
             CallModel::Reentrant => u32::MAX,
+        }
+    }
+
+    /// Whether the event loop calls the plugin itself, and why (or why not).
+    /// Only a reentrant plugin with no cap may: an inline call is one more
+    /// caller beside the handler threads, and the pool is sized to the cap.
+    pub fn inline_calls(&self) -> (bool, &'static str) {
+        match (self.inline, self.call_model, self.max_concurrency) {
+            (false, _, _) => (false, "the plugin does not declare M0_CAP_INLINE"),
+            (true, CallModel::Reentrant, 0) => (true, "the plugin declares it never blocks"),
+            (true, CallModel::Reentrant, _) => (
+                false,
+                "M0_CAP_INLINE ignored: the plugin caps its concurrency",
+            ),
+            (true, _, _) => (false, "M0_CAP_INLINE ignored: the plugin is not reentrant"),
         }
     }
 
@@ -104,7 +122,7 @@ impl Descriptor {
     pub fn to_lines(&self) -> String {
         format!(
             "name={}\nversion={}\nabi_major={}\nabi_minor={}\ncall_model={}\nmax_concurrency={}\nprocess_lock={}\n\
-             needs_exec={}\ncompute_threads={}\nbatch={}\nmax_batch={}\nreports_lock_wait={}\n",
+             needs_exec={}\ncompute_threads={}\nbatch={}\nmax_batch={}\nreports_lock_wait={}\ninline={}\n",
             self.name.replace('\n', " "),
             self.version.replace('\n', " "),
             self.abi_major,
@@ -117,6 +135,7 @@ impl Descriptor {
             u8::from(self.batch),
             self.max_batch,
             u8::from(self.reports_lock_wait),
+            u8::from(self.inline),
         )
     }
 
@@ -150,6 +169,7 @@ impl Descriptor {
             batch: num("batch")? != 0,
             max_batch: num("max_batch")?,
             reports_lock_wait: num("reports_lock_wait")? != 0,
+            inline: num("inline")? != 0,
         })
     }
 }

@@ -11,9 +11,16 @@
 //!    shed one (never below 2: one in the call, one ready to take the lock).
 //!    Above `LOCK_NO_GROW` the controller never adds threads.
 //! 3. Hill climbing (after .NET's controller, simplified): while requests
-//!    queue, try one more thread for a window and keep it only if
-//!    completions per second rose by `GAIN`; otherwise go back and wait
-//!    before trying again, longer after each failure.
+//!    queue, try an eighth more threads (at least one) for a window and keep
+//!    them only if completions per second rose by half of what perfect
+//!    scaling would give (at most `GAIN`); otherwise go back and wait before
+//!    trying again, longer after each failure. Each failed step up is
+//!    followed by a step down: fewer threads are kept when completions per
+//!    second hold (within `DOWN_KEEP`) and the time a request spends in the
+//!    pool does not grow (`DOWN_LATENCY`). Under a closed loop a tie in
+//!    throughput is a tie in latency, and fewer threads then mean less
+//!    switching and lock hand-off: on one CPU a lock-holding view is best
+//!    served by one thread, which the lock rule alone never reaches.
 //!
 //! Threads added are retired one at a time once nothing has queued for
 //! `IDLE_RETIRE`.
@@ -25,12 +32,57 @@ use super::pool::Pool;
 use super::sizing::PoolPlan;
 use crate::plugin::host::LOCK_WAIT_NS;
 
+/// Running totals the controller reads each window.
+#[derive(Clone, Copy, Default, Debug)]
+pub struct Counters {
+    pub completed: u64,
+    pub service_ns: u64,
+    pub queue_wait_ns: u64,
+    pub lock_wait_ns: u64,
+}
+
+/// What the controller reads and moves: the pool in the server, a queueing
+/// model in the unit tests (so its decisions are tested without clocks).
+pub trait Tunable {
+    fn counters(&self) -> Counters;
+    /// Jobs queued and threads busy right now.
+    fn load(&self) -> (usize, usize);
+    /// Threads alive and the target.
+    fn size(&self) -> (usize, usize);
+    fn resize(&mut self, threads: usize);
+}
+
+impl Tunable for Pool {
+    fn counters(&self) -> Counters {
+        let stats = self.stats();
+        Counters {
+            completed: stats.completed.load(Ordering::Relaxed),
+            service_ns: stats.service_ns.load(Ordering::Relaxed),
+            queue_wait_ns: stats.queue_wait_ns.load(Ordering::Relaxed),
+            lock_wait_ns: LOCK_WAIT_NS.load(Ordering::Relaxed),
+        }
+    }
+    fn load(&self) -> (usize, usize) {
+        Pool::load(self)
+    }
+    fn size(&self) -> (usize, usize) {
+        Pool::size(self)
+    }
+    fn resize(&mut self, threads: usize) {
+        Pool::resize(self, threads)
+    }
+}
+
 const STALL: Duration = Duration::from_millis(40);
 const IDLE_RETIRE: Duration = Duration::from_secs(10);
 const WINDOW: Duration = Duration::from_millis(200);
 const LOCK_SHRINK: f64 = 0.6;
 const LOCK_NO_GROW: f64 = 0.35;
 const GAIN: f64 = 1.04;
+const DOWN_KEEP: f64 = 0.98;
+const DOWN_LATENCY: f64 = 1.05;
+/// Completions a window needs before a step down is judged on it.
+const DOWN_MIN_SAMPLE: u64 = 40;
 const COOLDOWN_MIN: Duration = Duration::from_millis(600);
 const COOLDOWN_MAX: Duration = Duration::from_secs(8);
 pub const TICK: Duration = Duration::from_millis(10);
@@ -39,15 +91,22 @@ pub const TICK: Duration = Duration::from_millis(10);
 #[derive(Clone, Copy)]
 struct Mark {
     at: Instant,
-    completed: u64,
-    service_ns: u64,
-    lock_wait_ns: u64,
+    counters: Counters,
 }
 
-/// A trial of one more thread: the size to go back to and the rate to beat.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Direction {
+    Up,
+    Down,
+}
+
+/// A trial of one thread more or fewer: the size to go back to, and the
+/// rate and time-in-pool of the window before it.
 struct Probe {
+    direction: Direction,
     previous: usize,
     baseline: f64,
+    baseline_latency: f64,
 }
 
 pub struct Controller {
@@ -61,6 +120,8 @@ pub struct Controller {
     probe: Option<Probe>,
     cooldown: Duration,
     next_probe: Instant,
+    /// Which way the next probe goes when both are possible.
+    next_direction: Direction,
 }
 
 impl Controller {
@@ -74,14 +135,13 @@ impl Controller {
             last_change: now,
             window: Mark {
                 at: now,
-                completed: 0,
-                service_ns: 0,
-                lock_wait_ns: 0,
+                counters: Counters::default(),
             },
             queued_in_window: false,
             probe: None,
             cooldown: COOLDOWN_MIN,
             next_probe: now,
+            next_direction: Direction::Up,
         }
     }
 
@@ -89,17 +149,7 @@ impl Controller {
         self.plan.adaptive
     }
 
-    fn mark(pool: &Pool, at: Instant) -> Mark {
-        let stats = pool.stats();
-        Mark {
-            at,
-            completed: stats.completed.load(Ordering::Relaxed),
-            service_ns: stats.service_ns.load(Ordering::Relaxed),
-            lock_wait_ns: LOCK_WAIT_NS.load(Ordering::Relaxed),
-        }
-    }
-
-    fn set(&mut self, pool: &mut Pool, size: usize, now: Instant, why: &str) {
+    fn set(&mut self, pool: &mut impl Tunable, size: usize, now: Instant, why: &str) {
         let size = size.clamp(self.plan.min.max(1), self.plan.max);
         if size != pool.size().1 {
             pool.resize(size);
@@ -108,11 +158,38 @@ impl Controller {
         self.last_change = now;
     }
 
-    pub fn tick(&mut self, pool: &mut Pool, now: Instant) {
+    /// Move one thread `direction` from `target`, to be judged against the
+    /// window just measured: (completions per second, ns in the pool).
+    fn start_probe(
+        &mut self,
+        pool: &mut impl Tunable,
+        direction: Direction,
+        (rate, latency): (f64, f64),
+        target: usize,
+        now: Instant,
+        why: &str,
+    ) {
+        // Steps of an eighth, so a pool for many blocked calls gets there in
+        // seconds, not minutes.
+        let step = (target / 8).max(1);
+        let size = match direction {
+            Direction::Up => (target + step).min(self.plan.max),
+            Direction::Down => target.saturating_sub(step).max(self.plan.min.max(1)),
+        };
+        self.probe = Some(Probe {
+            direction,
+            previous: target,
+            baseline: rate,
+            baseline_latency: latency,
+        });
+        self.set(pool, size, now, why);
+    }
+
+    pub fn tick(&mut self, pool: &mut impl Tunable, now: Instant) {
         if !self.plan.adaptive {
             return;
         }
-        let completed = pool.stats().completed.load(Ordering::Relaxed);
+        let completed = pool.counters().completed;
         if completed != self.last_completed {
             self.last_completed = completed;
             self.last_progress = now;
@@ -148,34 +225,81 @@ impl Controller {
         if now.duration_since(self.window.at) < WINDOW {
             return;
         }
-        let end = Controller::mark(pool, now);
+        let end = Mark {
+            at: now,
+            counters: pool.counters(),
+        };
         let start = std::mem::replace(&mut self.window, end);
+        let (end_at, start_at) = (end.at, start.at);
+        let (end, start) = (end.counters, start.counters);
         let queued_in_window = std::mem::replace(&mut self.queued_in_window, false);
-        let seconds = end.at.duration_since(start.at).as_secs_f64();
+        let seconds = end_at.duration_since(start_at).as_secs_f64();
         let rate = (end.completed - start.completed) as f64 / seconds.max(1e-3);
+        let completions = end.completed - start.completed;
         let service = end.service_ns.saturating_sub(start.service_ns) as f64;
         let lock_share = if service > 0.0 {
             end.lock_wait_ns.saturating_sub(start.lock_wait_ns) as f64 / service
         } else {
             0.0
         };
+        // Mean time a request spent in the pool (queued + served).
+        let latency = (service + end.queue_wait_ns.saturating_sub(start.queue_wait_ns) as f64)
+            / completions.max(1) as f64;
 
         // 3b. A probe's verdict.
         if let Some(probe) = self.probe.take() {
-            if rate > probe.baseline * GAIN && lock_share < LOCK_NO_GROW {
+            // Perfect scaling would change the rate by step/size; ask for half
+            // of that from a step up (so a pool of 30 still grows for I/O
+            // views) and forgive a quarter of it in a step down.
+            let step = probe.previous.abs_diff(target) as f64;
+            let share = step / probe.previous.max(target) as f64;
+            let kept = match probe.direction {
+                Direction::Up => {
+                    rate > probe.baseline * (1.0 + (GAIN - 1.0).min(share / 2.0))
+                        && lock_share < LOCK_NO_GROW
+                }
+                Direction::Down => {
+                    completions >= DOWN_MIN_SAMPLE
+                        && rate >= probe.baseline * DOWN_KEEP.max(1.0 - share / 4.0)
+                        && latency <= probe.baseline_latency * DOWN_LATENCY
+                }
+            };
+            if kept {
                 self.cooldown = COOLDOWN_MIN;
-                // Keep climbing from here while requests still queue.
-                if queued_in_window && target < self.plan.max {
-                    self.probe = Some(Probe {
-                        previous: target,
-                        baseline: rate,
-                    });
-                    self.set(pool, target + 1, now, "more threads raised throughput");
+                // Keep going the same way while it pays.
+                let (more, why) = match probe.direction {
+                    Direction::Up => (
+                        queued_in_window && target < self.plan.max,
+                        "more threads raised throughput",
+                    ),
+                    Direction::Down => (
+                        target > self.plan.min.max(1),
+                        "fewer threads served as much",
+                    ),
+                };
+                if more {
+                    self.start_probe(pool, probe.direction, (rate, latency), target, now, why);
+                } else {
+                    self.next_probe = now + self.cooldown;
                 }
             } else {
-                self.set(pool, probe.previous, now, "one more thread did not help");
+                let what = match probe.direction {
+                    Direction::Up => "more threads did not help",
+                    Direction::Down => "fewer threads served less",
+                };
+                let why = format!(
+                    "{what}: {rate:.0}/s vs {:.0}/s, {:.2} vs {:.2} ms in the pool",
+                    probe.baseline,
+                    latency / 1e6,
+                    probe.baseline_latency / 1e6
+                );
+                self.set(pool, probe.previous, now, &why);
                 self.next_probe = now + self.cooldown;
                 self.cooldown = (self.cooldown * 2).min(COOLDOWN_MAX);
+                self.next_direction = match probe.direction {
+                    Direction::Up => Direction::Down,
+                    Direction::Down => Direction::Up,
+                };
             }
             return;
         }
@@ -192,18 +316,26 @@ impl Controller {
             return;
         }
 
-        // 3a. Try one more thread while requests queue.
-        if queued_in_window
-            && lock_share < LOCK_NO_GROW
-            && target < self.plan.max
-            && now >= self.next_probe
-        {
-            self.probe = Some(Probe {
-                previous: target,
-                baseline: rate,
-            });
-            self.set(pool, target + 1, now, "requests queue: trying one more");
-            return;
+        // 3a. Try one more thread while requests queue, or one fewer after
+        // one more did not help.
+        if now >= self.next_probe {
+            let up = queued_in_window && lock_share < LOCK_NO_GROW && target < self.plan.max;
+            let down =
+                queued_in_window && completions >= DOWN_MIN_SAMPLE && target > self.plan.min.max(1);
+            let direction = match (up, down) {
+                (true, true) => Some(self.next_direction),
+                (true, false) => Some(Direction::Up),
+                (false, true) => Some(Direction::Down),
+                (false, false) => None,
+            };
+            if let Some(direction) = direction {
+                let why = match direction {
+                    Direction::Up => "requests queue: trying more",
+                    Direction::Down => "trying fewer",
+                };
+                self.start_probe(pool, direction, (rate, latency), target, now, why);
+                return;
+            }
         }
 
         // Retire surplus threads once idle.
@@ -213,5 +345,158 @@ impl Controller {
         {
             self.set(pool, target - 1, now, "idle");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A closed loop of `conns` clients against a pool that completes
+    /// `capacity(threads)` requests per second, with seeded noise: enough of
+    /// a queueing system to check where the controller settles.
+    struct Model {
+        conns: usize,
+        capacity: fn(usize) -> f64,
+        lock_share: fn(usize) -> f64,
+        live: usize,
+        counters: Counters,
+        carry: f64,
+        seed: u64,
+    }
+
+    impl Tunable for Model {
+        fn counters(&self) -> Counters {
+            self.counters
+        }
+        fn load(&self) -> (usize, usize) {
+            let busy = self.live.min(self.conns);
+            (self.conns - busy, busy)
+        }
+        fn size(&self) -> (usize, usize) {
+            (self.live, self.live)
+        }
+        fn resize(&mut self, threads: usize) {
+            self.live = threads;
+        }
+    }
+
+    impl Model {
+        fn noise(&mut self) -> f64 {
+            // xorshift64: +-10% per 10 ms tick, about +-1.3% per window.
+            self.seed ^= self.seed << 13;
+            self.seed ^= self.seed >> 7;
+            self.seed ^= self.seed << 17;
+            (self.seed % 2001) as f64 / 10_000.0 - 0.1
+        }
+
+        fn advance(&mut self, dt: Duration) {
+            let rate = (self.capacity)(self.live) * (1.0 + self.noise());
+            let due = rate * dt.as_secs_f64() + self.carry;
+            let done = due.floor();
+            self.carry = due - done;
+            // Little's law: every client is in the pool, so a request spends
+            // conns / rate there, of which busy / rate being served.
+            let in_pool = self.conns as f64 / rate;
+            let service = self.live.min(self.conns) as f64 / rate;
+            let c = &mut self.counters;
+            c.completed += done as u64;
+            c.service_ns += (done * service * 1e9) as u64;
+            c.queue_wait_ns += (done * (in_pool - service) * 1e9) as u64;
+            c.lock_wait_ns += (done * service * (self.lock_share)(self.live) * 1e9) as u64;
+        }
+    }
+
+    /// Runs the model for `seconds` and returns the pool size at every tick
+    /// of the last `last` seconds, sorted.
+    fn settle(
+        conns: usize,
+        initial: usize,
+        capacity: fn(usize) -> f64,
+        lock_share: fn(usize) -> f64,
+        seconds: u64,
+        last: u64,
+    ) -> Vec<usize> {
+        let plan = PoolPlan {
+            initial,
+            min: 1,
+            max: 64,
+            adaptive: true,
+            reason: String::new(),
+        };
+        let mut controller = Controller::new(plan);
+        let mut model = Model {
+            conns,
+            capacity,
+            lock_share,
+            live: initial,
+            counters: Counters::default(),
+            carry: 0.0,
+            seed: 0x9e37_79b9_7f4a_7c15,
+        };
+        let start = Instant::now();
+        let ticks = seconds * 1000 / TICK.as_millis() as u64;
+        let keep_from = ticks - last * 1000 / TICK.as_millis() as u64;
+        let mut sizes = Vec::new();
+        for i in 1..=ticks {
+            model.advance(TICK);
+            controller.tick(&mut model, start + TICK * i as u32);
+            if i >= keep_from {
+                sizes.push(model.live);
+            }
+        }
+        sizes.sort_unstable();
+        sizes
+    }
+
+    fn median(sizes: &[usize]) -> usize {
+        sizes[sizes.len() / 2]
+    }
+
+    fn share_at(sizes: &[usize], size: usize) -> f64 {
+        sizes.iter().filter(|&&s| s == size).count() as f64 / sizes.len() as f64
+    }
+
+    #[test]
+    fn a_lock_holding_view_on_one_cpu_settles_on_one_thread() {
+        // Every thread past the first only waits for the lock and costs a
+        // little in switches (the seeds: eight threads cost 31%).
+        let sizes = settle(
+            8,
+            2,
+            |n| 2200.0 * (1.0 - 0.03 * (n - 1) as f64),
+            |n| 0.9 * (n - 1) as f64 / n as f64,
+            40,
+            20,
+        );
+        assert_eq!(median(&sizes), 1, "{sizes:?}");
+        assert!(share_at(&sizes, 1) > 0.8, "{sizes:?}");
+    }
+
+    #[test]
+    fn when_sizes_tie_on_throughput_the_pool_takes_the_fewest_threads() {
+        let sizes = settle(64, 2, |_| 3150.0, |_| 0.0, 40, 20);
+        assert!(share_at(&sizes, 1) > 0.8, "{sizes:?}");
+    }
+
+    #[test]
+    fn views_that_block_get_a_thread_per_waiting_client() {
+        // 5 ms of sleep per request: throughput scales with threads up to
+        // the number of clients.
+        let sizes = settle(64, 2, |n| 200.0 * n.min(64) as f64, |_| 0.0, 40, 10);
+        assert!(median(&sizes) >= 56, "{sizes:?}");
+        let sizes = settle(8, 2, |n| 200.0 * n.min(8) as f64, |_| 0.0, 40, 10);
+        let m = median(&sizes);
+        assert!((8..=12).contains(&m), "{sizes:?}");
+    }
+
+    #[test]
+    fn compute_bound_views_settle_near_the_cpus() {
+        // Four CPUs; every thread past four only adds switching.
+        let capacity =
+            |n: usize| 1000.0 * n.min(4) as f64 * (1.0 - 0.01 * n.saturating_sub(4) as f64);
+        let sizes = settle(64, 2, capacity, |_| 0.0, 40, 20);
+        let m = median(&sizes);
+        assert!((4..=6).contains(&m), "{sizes:?}");
     }
 }

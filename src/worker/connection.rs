@@ -6,6 +6,10 @@
 //! not read: pipelined bytes wait in the kernel or the buffer, and are parsed
 //! when the response is complete, so responses go out in request order.
 //!
+//! An inline call (a plugin that declares `M0_CAP_INLINE`) answers on the
+//! loop; what the socket did not take waits in `out` and the connection is
+//! Flushing until it is sent, then goes back to Head.
+//!
 //! Sockets are edge-triggered: `may_read` remembers that the kernel may hold
 //! bytes we have not read, because an edge is announced once.
 
@@ -31,6 +35,9 @@ pub enum Phase {
     },
     /// A handler thread is answering.
     Dispatched,
+    /// An inline response is in `out`, waiting for the socket; what follows
+    /// depends on `keep_alive`.
+    Flushing { keep_alive: bool },
     /// Our side is shut for writing; reading and discarding until the client
     /// closes, so an error response is not lost to a reset.
     Linger,
@@ -50,6 +57,9 @@ pub struct Conn {
     pub stream: TcpStream,
     pub peer: Arc<Peer>,
     pub rbuf: Vec<u8>,
+    /// Spilled response bytes (Flushing), sent from `out_pos` on.
+    pub out: Vec<u8>,
+    pub out_pos: usize,
     pub phase: Phase,
     /// Requests answered on this connection.
     pub served: u32,
@@ -91,6 +101,8 @@ impl Conn {
             stream,
             peer,
             rbuf,
+            out: Vec::new(),
+            out_pos: 0,
             phase: Phase::Head,
             served: 0,
             deadline: None,

@@ -6,6 +6,10 @@
 //! requests in progress); then sweep timeouts. Every read drains the socket
 //! until it would block (or a short read shows it is dry), because an edge
 //! is announced only once.
+//!
+//! A plugin that declares `M0_CAP_INLINE` (its handler never blocks) is
+//! called on this thread, with no hand-off; a request it would block on
+//! comes back as `M0_DEFER` and goes to the pool like any other.
 
 use std::io;
 use std::net::SocketAddr;
@@ -21,6 +25,7 @@ use slab::Slab;
 use super::accept_share::AcceptShare;
 use super::adaptive::{self, Controller};
 use super::connection::{Conn, Phase, Ready, Step};
+use super::exchange::{self, Outcome};
 use super::pool::{Completion, Job, Peer, Pool};
 use crate::config::Config;
 use crate::http::head::{Limits, RequestHead};
@@ -64,7 +69,18 @@ pub struct EventLoop {
     accept_owed: bool,
     drain_deadline: Option<Instant>,
     next_sweep: Instant,
+    inline: Option<InlineCalls>,
     pub accepted: u64,
+}
+
+/// What the loop keeps for calling the plugin itself.
+struct InlineCalls {
+    thread_index: u32,
+    headers: Vec<m0serve_abi::M0Header>,
+    scratch: Vec<u8>,
+    /// Spilled bytes of the current call; moved into the connection when
+    /// the socket did not take them all.
+    spilled: Vec<u8>,
 }
 
 /// Why the loop ended.
@@ -125,11 +141,28 @@ impl EventLoop {
             accept_owed: false,
             drain_deadline: None,
             next_sweep: Instant::now() + SWEEP_EVERY,
+            inline: None,
             accepted: 0,
         })
     }
 
+    /// Call the plugin on this thread from now on (see `M0_CAP_INLINE`).
+    /// Fails with the code of the plugin's thread-start hook.
+    pub fn enable_inline(&mut self) -> Result<(), i32> {
+        let thread_index = self.pool.adopt_loop_thread()?;
+        self.inline = Some(InlineCalls {
+            thread_index,
+            headers: Vec::with_capacity(32),
+            scratch: Vec::with_capacity(1024),
+            spilled: Vec::new(),
+        });
+        Ok(())
+    }
+
     pub fn into_pool(self) -> Pool {
+        if let Some(inline) = &self.inline {
+            self.pool.release_loop_thread(inline.thread_index);
+        }
         self.pool
     }
 
@@ -376,6 +409,7 @@ impl EventLoop {
         conn.may_read = true;
         match conn.phase {
             Phase::Dispatched => {}
+            Phase::Flushing { .. } => self.flush(key),
             Phase::Linger => {
                 if conn.discard_input() {
                     self.close(key);
@@ -385,34 +419,44 @@ impl EventLoop {
         }
     }
 
-    /// Parse and dispatch whatever the connection has.
+    /// Parse and dispatch whatever the connection has, answering pipelined
+    /// requests in turn while inline calls complete them on the spot.
     fn drive(&mut self, key: usize) {
-        let Some(conn) = self.conns.get_mut(key) else {
-            return;
-        };
-        let had_bytes = !conn.rbuf.is_empty();
-        match conn.advance(&self.limits, &mut self.head_scratch) {
-            Step::Wait => {
-                // The first byte of a head starts the header timeout; a body
-                // gets the body timeout from its last progress.
-                let now = Instant::now();
-                match conn.phase {
-                    Phase::Body { .. } => conn.deadline = self.timeouts.body.map(|t| now + t),
-                    Phase::Head if !had_bytes && !conn.rbuf.is_empty() => {
-                        conn.deadline = self.timeouts.header.map(|t| now + t)
+        loop {
+            let Some(conn) = self.conns.get_mut(key) else {
+                return;
+            };
+            let had_bytes = !conn.rbuf.is_empty();
+            match conn.advance(&self.limits, &mut self.head_scratch) {
+                Step::Wait => {
+                    // The first byte of a head starts the header timeout; a
+                    // body gets the body timeout from its last progress.
+                    let now = Instant::now();
+                    match conn.phase {
+                        Phase::Body { .. } => conn.deadline = self.timeouts.body.map(|t| now + t),
+                        Phase::Head if !had_bytes && !conn.rbuf.is_empty() => {
+                            conn.deadline = self.timeouts.header.map(|t| now + t)
+                        }
+                        _ => {}
                     }
-                    _ => {}
+                    return;
                 }
+                Step::Dispatch(ready) => {
+                    if !self.dispatch(key, ready) {
+                        return;
+                    }
+                }
+                Step::Refuse(err) => return self.refuse(key, err),
+                Step::Close => return self.close(key),
             }
-            Step::Dispatch(ready) => self.dispatch(key, ready),
-            Step::Refuse(err) => self.refuse(key, err),
-            Step::Close => self.close(key),
         }
     }
 
-    fn dispatch(&mut self, key: usize, ready: Ready) {
+    /// Returns true when the request was answered inline and the
+    /// connection can take the next one at once.
+    fn dispatch(&mut self, key: usize, ready: Ready) -> bool {
         let Some(conn) = self.conns.get_mut(key) else {
-            return;
+            return false;
         };
         let Ready {
             head,
@@ -438,8 +482,23 @@ impl EventLoop {
             peer: Arc::clone(&conn.peer),
             queued_at: Instant::now(),
         };
-        conn.phase = Phase::Dispatched;
         conn.deadline = None;
+        if let Some(inline) = &mut self.inline {
+            inline.spilled.clear();
+            let outcome = self.pool.call_inline(
+                &job,
+                inline.thread_index,
+                &mut inline.headers,
+                &mut inline.scratch,
+                &mut inline.spilled,
+            );
+            if !outcome.deferred {
+                return self.answered_inline(key, job, outcome);
+            }
+        }
+        if let Some(conn) = self.conns.get_mut(key) {
+            conn.phase = Phase::Dispatched;
+        }
         match self.pool.try_submit(job) {
             Ok(()) => self.in_flight += 1,
             Err(job) => {
@@ -454,6 +513,68 @@ impl EventLoop {
                 );
             }
         }
+        false
+    }
+
+    /// An inline call answered. True when the connection is ready for its
+    /// next request now; otherwise it flushes first, or closes.
+    fn answered_inline(&mut self, key: usize, job: Job, outcome: Outcome) -> bool {
+        self.recycle(job.buf, job.head);
+        let Some(conn) = self.conns.get_mut(key) else {
+            return false;
+        };
+        let Some(inline) = &mut self.inline else {
+            return false;
+        };
+        if inline.spilled.is_empty() {
+            return self.after_response(key, outcome.keep_alive);
+        }
+        // The socket is full: keep the rest and go on when it drains.
+        std::mem::swap(&mut conn.out, &mut inline.spilled);
+        conn.out_pos = 0;
+        conn.phase = Phase::Flushing {
+            keep_alive: outcome.keep_alive,
+        };
+        conn.deadline = self.timeouts.idle.map(|t| Instant::now() + t);
+        let registered = self.poll.registry().reregister(
+            &mut conn.stream,
+            Token(key),
+            Interest::READABLE | Interest::WRITABLE,
+        );
+        if registered.is_err() {
+            self.close(key);
+        }
+        false
+    }
+
+    /// Send more of a connection's spilled response.
+    fn flush(&mut self, key: usize) {
+        let Some(conn) = self.conns.get_mut(key) else {
+            return;
+        };
+        let Phase::Flushing { keep_alive } = conn.phase else {
+            return;
+        };
+        let fd = conn.stream.as_raw_fd();
+        match exchange::flush_spilled(fd, &conn.out, &mut conn.out_pos) {
+            Ok(false) => {}
+            Ok(true) => {
+                conn.out.clear();
+                conn.out_pos = 0;
+                if conn.out.capacity() > 64 * 1024 {
+                    conn.out = Vec::new();
+                }
+                let _ = self.poll.registry().reregister(
+                    &mut conn.stream,
+                    Token(key),
+                    Interest::READABLE,
+                );
+                if self.after_response(key, keep_alive) {
+                    self.drive(key);
+                }
+            }
+            Err(_) => self.close(key),
+        }
     }
 
     fn on_completion(&mut self, done: Completion) {
@@ -461,27 +582,35 @@ impl EventLoop {
         let Completion { job, outcome } = done;
         let key = job.token;
         self.recycle(job.buf, job.head);
+        if self.after_response(key, outcome.keep_alive) {
+            self.drive(key);
+        }
+    }
+
+    /// A response is complete on the wire. True when the connection waits
+    /// for (or already holds) its next request.
+    fn after_response(&mut self, key: usize, keep_alive: bool) -> bool {
         let Some(conn) = self.conns.get_mut(key) else {
-            return;
+            return false;
         };
         conn.served += 1;
-        if !outcome.keep_alive {
+        if !keep_alive {
             self.linger_or_close(key);
-            return;
+            return false;
         }
         conn.phase = Phase::Head;
-        conn.deadline = self.timeouts.idle.map(|t| Instant::now() + t);
         if self.drain_deadline.is_some() && conn.rbuf.is_empty() {
             self.close(key);
-            return;
+            return false;
         }
-        self.drive(key);
-        if let Some(conn) = self.conns.get_mut(key)
-            && matches!(conn.phase, Phase::Head)
-            && !conn.rbuf.is_empty()
-        {
-            conn.deadline = self.timeouts.header.map(|t| Instant::now() + t);
-        }
+        // Pipelined bytes already here are a head in progress.
+        let timeout = if conn.rbuf.is_empty() {
+            self.timeouts.idle
+        } else {
+            self.timeouts.header
+        };
+        conn.deadline = timeout.map(|t| Instant::now() + t);
+        true
     }
 
     fn recycle(&mut self, mut buf: Vec<u8>, head: RequestHead) {
@@ -581,7 +710,7 @@ impl EventLoop {
                     key,
                     HttpError::new(408, "request body not received in time"),
                 ),
-                Phase::Linger => self.close(key),
+                Phase::Linger | Phase::Flushing { .. } => self.close(key),
                 Phase::Dispatched => {}
             }
         }

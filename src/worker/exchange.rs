@@ -1,12 +1,17 @@
-//! One request/response exchange on a handler thread: the request body the
-//! plugin reads, and the response it writes.
+//! One request/response exchange: the request body the plugin reads, and
+//! the response it writes.
 //!
-//! The handler thread writes the response to the socket itself, with one
-//! vectored `sendmsg` per plugin write: no copy of the body, no hop back to
-//! the event loop. While a request is dispatched the loop does not touch the
-//! connection, so the two never write the same socket. When the socket is
-//! full the thread waits for it (bounded by the idle timeout): the plugin is
-//! producing the response on this thread anyway.
+//! On a handler thread the response goes to the socket from the plugin's
+//! own thread, with one vectored `sendmsg` per plugin write: no copy of the
+//! body, no hop back to the event loop. While a request is dispatched the
+//! loop does not touch the connection, so the two never write the same
+//! socket. When the socket is full the thread waits for it (bounded by the
+//! idle timeout): the plugin is producing the response on this thread
+//! anyway.
+//!
+//! On the event-loop thread (a plugin that declares `M0_CAP_INLINE`) the
+//! exchange must never wait: what the socket does not take is spilled into
+//! a buffer, in order, which the loop flushes when the socket is writable.
 
 use std::io::IoSlice;
 use std::os::fd::RawFd;
@@ -29,6 +34,14 @@ enum State {
     Broken,
 }
 
+/// Where bytes go when the socket is full.
+pub enum Sink<'a> {
+    /// Wait for the socket, up to a deadline (handler threads).
+    Wait(Option<Duration>),
+    /// Keep them for the event loop to flush (inline calls).
+    Spill(&'a mut Vec<u8>),
+}
+
 pub struct Exchange<'a> {
     fd: RawFd,
     http_minor: u8,
@@ -39,7 +52,7 @@ pub struct Exchange<'a> {
     state: State,
     /// Head and chunk framing waiting to go out with the next bytes.
     scratch: &'a mut Vec<u8>,
-    write_timeout: Option<Duration>,
+    sink: Sink<'a>,
     pub status: u16,
     pub bytes_sent: u64,
 }
@@ -49,6 +62,9 @@ pub struct Exchange<'a> {
 pub struct Outcome {
     pub keep_alive: bool,
     pub status: u16,
+    /// An inline call answered `M0_DEFER`: nothing was sent; the request
+    /// goes to the handler pool.
+    pub deferred: bool,
 }
 
 impl<'a> Exchange<'a> {
@@ -59,7 +75,7 @@ impl<'a> Exchange<'a> {
         keep_alive: bool,
         body: &'a [u8],
         scratch: &'a mut Vec<u8>,
-        write_timeout: Option<Duration>,
+        sink: Sink<'a>,
     ) -> Exchange<'a> {
         scratch.clear();
         Exchange {
@@ -71,7 +87,7 @@ impl<'a> Exchange<'a> {
             body_pos: 0,
             state: State::Idle,
             scratch,
-            write_timeout,
+            sink,
             status: 0,
             bytes_sent: 0,
         }
@@ -186,7 +202,21 @@ impl<'a> Exchange<'a> {
 
     /// The plugin's call returned `code`: complete or cut the response.
     pub fn conclude(&mut self, code: i32) -> Outcome {
+        let inline = matches!(self.sink, Sink::Spill(_));
         match (self.state, code) {
+            (State::Idle, abi::M0_DEFER) if inline => {
+                return Outcome {
+                    keep_alive: self.keep_alive,
+                    status: 0,
+                    deferred: true,
+                };
+            }
+            (State::Idle, abi::M0_DEFER) => {
+                crate::log::warn(format_args!(
+                    "the plugin returned M0_DEFER from a handler thread (only inline calls may); answering 500"
+                ));
+                self.send_error(500, "the application sent no response");
+            }
             (State::Idle, abi::M0_OK) => {
                 crate::log::warn(format_args!(
                     "the plugin returned without responding; answering 500"
@@ -206,6 +236,7 @@ impl<'a> Exchange<'a> {
         Outcome {
             keep_alive: self.keep_alive && self.state == State::Done,
             status: self.status,
+            deferred: false,
         }
     }
 
@@ -252,7 +283,10 @@ impl<'a> Exchange<'a> {
             IoSlice::new(tail),
         ];
         let total = (scratch.len() + data.len() + tail.len()) as u64;
-        let result = write_all(self.fd, &mut slices, self.write_timeout);
+        let result = match &mut self.sink {
+            Sink::Wait(timeout) => write_all(self.fd, &mut slices, *timeout),
+            Sink::Spill(spilled) => write_or_spill(self.fd, &mut slices, spilled),
+        };
         *self.scratch = scratch;
         self.scratch.clear();
         if result.is_ok() {
@@ -304,6 +338,42 @@ pub fn write_all(
         }
     }
     Ok(())
+}
+
+/// Write what the socket takes now; keep the rest, in order, in `spilled`
+/// (once anything is spilled, everything after it is too).
+fn write_or_spill(
+    fd: RawFd,
+    mut slices: &mut [IoSlice<'_>],
+    spilled: &mut Vec<u8>,
+) -> Result<(), i32> {
+    IoSlice::advance_slices(&mut slices, 0);
+    while spilled.is_empty() && !slices.is_empty() {
+        match nix::sys::socket::sendmsg::<()>(fd, slices, &[], MsgFlags::MSG_NOSIGNAL, None) {
+            Ok(n) => IoSlice::advance_slices(&mut slices, n),
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(nix::errno::Errno::EAGAIN) => break,
+            Err(_) => return Err(abi::M0_ERR_DISCONNECTED),
+        }
+    }
+    for slice in slices.iter() {
+        spilled.extend_from_slice(slice);
+    }
+    Ok(())
+}
+
+/// Send what the socket takes of `out[*pos..]`; true once all of it went.
+pub fn flush_spilled(fd: RawFd, out: &[u8], pos: &mut usize) -> Result<bool, i32> {
+    while *pos < out.len() {
+        let slices = [IoSlice::new(&out[*pos..])];
+        match nix::sys::socket::sendmsg::<()>(fd, &slices, &[], MsgFlags::MSG_NOSIGNAL, None) {
+            Ok(n) => *pos += n,
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(nix::errno::Errno::EAGAIN) => return Ok(false),
+            Err(_) => return Err(abi::M0_ERR_DISCONNECTED),
+        }
+    }
+    Ok(true)
 }
 
 fn wait_writable(fd: RawFd, deadline: Option<Instant>) -> Result<(), i32> {

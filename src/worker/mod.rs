@@ -160,13 +160,24 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
     });
     let mut event_loop = EventLoop::new(poll, listener, pool, controller, share, cfg, signals)
         .map_err(|e| (1, format!("cannot start the event loop: {e}")))?;
+    let (inline, inline_why) = sizing::inline_calls(&plugin.descriptor, cfg.cli.no_inline);
+    if inline {
+        event_loop.enable_inline().map_err(|code| {
+            (
+                1,
+                format!("the plugin's thread_start failed on the event-loop thread (code {code})"),
+            )
+        })?;
+    }
     crate::log::info(format_args!(
-        "pid={} serving {} {} with {} handler thread(s) ({})",
+        "pid={} serving {} {} with {} handler thread(s) ({}); inline calls {} ({})",
         std::process::id(),
         plugin.descriptor.name,
         plugin.descriptor.version,
         plan.initial,
-        plan.reason
+        plan.reason,
+        if inline { "on" } else { "off" },
+        inline_why
     ));
     if let Some(fd) = setup.ready_fd {
         announce_ready(fd, setup.index);
@@ -190,12 +201,15 @@ fn finish(exit: Exit, mut pool: Pool, accepted: u64) -> Result<i32, (i32, String
     let (_, threads) = pool.size();
     crate::log::info(format_args!(
         "handler pool: {threads} thread(s) at the end; per request {:.1} us queued, {:.1} us in the plugin; \
-         {} lock wait(s) totalling {:.1} ms; {} refused with 503",
+         {} lock wait(s) totalling {:.1} ms; {} refused with 503; {} answered inline ({} spilled), {} deferred to the pool",
         per_request(pool.stats().queue_wait_ns.load(Ordering::Relaxed)),
         per_request(pool.stats().service_ns.load(Ordering::Relaxed)),
         host::LOCK_WAITS.load(Ordering::Relaxed),
         host::LOCK_WAIT_NS.load(Ordering::Relaxed) as f64 / 1e6,
         pool.stats().refused.load(Ordering::Relaxed),
+        pool.stats().inline_served.load(Ordering::Relaxed),
+        pool.stats().spilled.load(Ordering::Relaxed),
+        pool.stats().deferred.load(Ordering::Relaxed),
     ));
     let code = match exit {
         Exit::Drained => 0,

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use m0serve_abi as abi;
 
-use super::exchange::{Exchange, Outcome};
+use super::exchange::{Exchange, Outcome, Sink};
 use crate::http::Span;
 use crate::http::head::RequestHead;
 use crate::plugin::loader::Calls;
@@ -98,6 +98,12 @@ pub struct Stats {
     pub service_ns: AtomicU64,
     pub refused: AtomicU64,
     pub thread_start_failures: AtomicU32,
+    /// Requests answered by inline calls on the event loop.
+    pub inline_served: AtomicU64,
+    /// Inline calls that answered `M0_DEFER` and went to the pool.
+    pub deferred: AtomicU64,
+    /// Inline responses the socket did not take at once (flushed later).
+    pub spilled: AtomicU64,
 }
 
 pub struct Pool {
@@ -215,6 +221,67 @@ impl Pool {
             self.shared.work_ready.notify_one();
         }
         Ok(())
+    }
+
+    /// Prepare the calling thread (the event loop) for inline calls: give it
+    /// a thread index of its own and run the plugin's thread-start hook.
+    pub fn adopt_loop_thread(&self) -> Result<u32, i32> {
+        let index = {
+            let mut q = lock(&self.shared.queue);
+            q.next_index += 1;
+            q.next_index - 1
+        };
+        let calls = self.shared.calls;
+        if let Some(start) = calls.thread_start {
+            // SAFETY: the plugin's state and its thread-start hook, on the
+            // thread that will make the inline calls.
+            let code = unsafe { start(calls.state, index) };
+            if code != abi::M0_OK {
+                return Err(code);
+            }
+        }
+        Ok(index)
+    }
+
+    /// Undo `adopt_loop_thread` on the same thread, after its last call.
+    pub fn release_loop_thread(&self, index: u32) {
+        let calls = self.shared.calls;
+        if let Some(stop) = calls.thread_stop {
+            // SAFETY: the plugin's state and its thread-stop hook, on the
+            // thread whose start hook ran.
+            unsafe { stop(calls.state, index) };
+        }
+    }
+
+    /// Call the plugin for `job` on the event loop. Whatever the socket does
+    /// not take lands in `spilled`; a deferred job is handed back untouched.
+    pub fn call_inline(
+        &self,
+        job: &Job,
+        thread_index: u32,
+        headers: &mut Vec<abi::M0Header>,
+        scratch: &mut Vec<u8>,
+        spilled: &mut Vec<u8>,
+    ) -> Outcome {
+        let outcome = serve(
+            &self.shared,
+            job,
+            thread_index,
+            headers,
+            scratch,
+            Sink::Spill(&mut *spilled),
+        );
+        let stats = &self.shared.stats;
+        let counter = if outcome.deferred {
+            &stats.deferred
+        } else {
+            &stats.inline_served
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        if !spilled.is_empty() {
+            stats.spilled.fetch_add(1, Ordering::Relaxed);
+        }
+        outcome
     }
 
     /// Take finished exchanges (the loop, once per pass).
@@ -347,7 +414,14 @@ fn handler_thread(shared: Arc<Shared>, index: u32) {
             .stats
             .queue_wait_ns
             .fetch_add(duration_ns(started - job.queued_at), Ordering::Relaxed);
-        let outcome = serve(&shared, &job, index, &mut headers, &mut scratch);
+        let outcome = serve(
+            &shared,
+            &job,
+            index,
+            &mut headers,
+            &mut scratch,
+            Sink::Wait(shared.write_timeout),
+        );
         shared
             .stats
             .service_ns
@@ -409,7 +483,12 @@ fn serve(
     thread_index: u32,
     headers: &mut Vec<abi::M0Header>,
     scratch: &mut Vec<u8>,
+    sink: Sink<'_>,
 ) -> Outcome {
+    let flags = match sink {
+        Sink::Spill(_) => abi::M0_REQ_ON_LOOP,
+        Sink::Wait(_) => 0,
+    };
     let buf = &job.buf;
     let head = &job.head;
     let view = |span: Span| abi::M0Str::from_bytes(span.get(buf));
@@ -429,7 +508,7 @@ fn serve(
         job.keep_alive,
         body,
         scratch,
-        shared.write_timeout,
+        sink,
     );
     let exchange_ptr: *mut Exchange<'_> = &mut exchange;
     let request = abi::M0Request {
@@ -453,6 +532,7 @@ fn serve(
         worker_index: shared.worker_index,
         thread_index,
         host_data: exchange_ptr.cast::<c_void>(),
+        flags,
     };
     let calls = shared.calls;
     // SAFETY: every view in `request` borrows `job`, `headers` or `shared`,

@@ -85,6 +85,15 @@ pub fn plan(desc: &Descriptor, configured: Option<u32>, usable_cpus: usize) -> P
     }
 }
 
+/// Whether the event loop calls the plugin itself (`M0_CAP_INLINE`), and
+/// why, for the log and `--doctor`.
+pub fn inline_calls(desc: &Descriptor, no_inline: bool) -> (bool, &'static str) {
+    match desc.inline_calls() {
+        (true, _) if no_inline => (false, "turned off with --no-inline"),
+        decision => decision,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,6 +113,7 @@ mod tests {
             batch: false,
             max_batch: 0,
             reports_lock_wait: false,
+            inline: false,
         }
     }
 

@@ -1,0 +1,164 @@
+//! Inline calls: a plugin that declares `M0_CAP_INLINE` (hello_c) is called
+//! on the event-loop thread; what would block (`/sleep`) comes back as
+//! `M0_DEFER` and goes to the handler pool; what the socket does not take is
+//! flushed later without holding up other connections.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use support::{Client, Server, plugin};
+
+fn hello(extra: &[&str]) -> Server {
+    let p = plugin("hello_c");
+    let mut args = vec!["--plugin", p.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    Server::start(&args)
+}
+
+/// SIGTERM, then the worker's closing count line.
+fn stop_and_read_counts(mut s: Server) -> String {
+    s.signal(libc::SIGTERM);
+    assert!(s.wait_exit(Duration::from_secs(20)).is_some());
+    s.log()
+        .lines()
+        .find(|l| l.contains("answered inline"))
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn declared_inline_routes_are_answered_on_the_loop_and_blocking_ones_deferred() {
+    let s = hello(&[]);
+    assert!(
+        s.wait_for_log("inline calls on", Duration::from_secs(10)),
+        "{}",
+        s.log()
+    );
+    let mut c = Client::connect(s.addr);
+    for _ in 0..20 {
+        assert_eq!(c.get("/").status, 200);
+    }
+    for _ in 0..3 {
+        let r = c.get("/sleep?ms=1");
+        assert_eq!((r.status, r.text().as_str()), (200, "slept\n"));
+    }
+    drop(c);
+    let counts = stop_and_read_counts(s);
+    assert!(
+        counts.contains("20 answered inline (0 spilled), 3 deferred to the pool"),
+        "{counts}"
+    );
+}
+
+#[test]
+fn no_inline_sends_every_call_through_the_pool() {
+    let s = hello(&["--no-inline"]);
+    assert!(
+        s.wait_for_log(
+            "inline calls off (turned off with --no-inline)",
+            Duration::from_secs(10)
+        ),
+        "{}",
+        s.log()
+    );
+    let mut c = Client::connect(s.addr);
+    for _ in 0..20 {
+        assert_eq!(c.get("/").status, 200);
+    }
+    assert_eq!(c.get("/sleep?ms=1").status, 200);
+    drop(c);
+    let counts = stop_and_read_counts(s);
+    assert!(
+        counts.contains("0 answered inline (0 spilled), 0 deferred to the pool"),
+        "{counts}"
+    );
+}
+
+#[test]
+fn a_client_that_does_not_read_its_inline_response_holds_up_no_one() {
+    let s = hello(&["--max-body", "64m"]);
+    // 32 MiB echoed: more than loopback socket buffers hold, so most of the
+    // response waits in the loop's spill buffer for the client to read.
+    let body: Vec<u8> = (0..32 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
+    let mut slow = Client::connect(s.addr);
+    let mut head = format!(
+        "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    head.extend_from_slice(&body);
+    let writer = {
+        let mut stream = slow.stream.try_clone().unwrap();
+        std::thread::spawn(move || stream.write_all(&head).is_ok())
+    };
+    // Wait for the head of the echo: the loop has answered and is spilling.
+    let mut first = [0u8; 12];
+    slow.stream.read_exact(&mut first).unwrap();
+    assert_eq!(&first, b"HTTP/1.1 200");
+    // Meanwhile other connections are served (the loop is not stuck on a
+    // socket nobody reads).
+    for _ in 0..10 {
+        let r = support::get(s.addr, "/");
+        assert_eq!(r.status, 200);
+    }
+    // Now read it all: every byte, in order, then the connection still works.
+    assert!(writer.join().unwrap());
+    let mut rest = Vec::new();
+    let mut window = [0u8; 65536];
+    let head_end = loop {
+        let n = slow.stream.read(&mut window).unwrap();
+        assert!(n > 0, "closed mid-response");
+        rest.extend_from_slice(&window[..n]);
+        if let Some(p) = rest.windows(4).position(|w| w == b"\r\n\r\n") {
+            break p + 4;
+        }
+    };
+    while rest.len() - head_end < body.len() {
+        let n = slow.stream.read(&mut window).unwrap();
+        assert!(
+            n > 0,
+            "closed mid-body after {} bytes",
+            rest.len() - head_end
+        );
+        rest.extend_from_slice(&window[..n]);
+    }
+    assert_eq!(rest.len() - head_end, body.len());
+    assert!(rest[head_end..] == body[..], "the echoed body differs");
+    let mut c = Client::connect(s.addr);
+    assert_eq!(c.get("/").status, 200);
+    slow.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n");
+    let mut again = [0u8; 12];
+    slow.stream.read_exact(&mut again).unwrap();
+    assert_eq!(&again, b"HTTP/1.1 200");
+    drop((slow, c));
+    let counts = stop_and_read_counts(s);
+    assert!(counts.contains(" spilled)"), "{counts}");
+    assert!(!counts.contains("(0 spilled)"), "{counts}");
+}
+
+#[test]
+fn hundreds_of_pipelined_requests_are_answered_in_order_across_deferrals() {
+    let s = hello(&[]);
+    let mut c = Client::connect(s.addr);
+    let mut wire = Vec::new();
+    let mut expected = Vec::new();
+    for i in 0..400u16 {
+        if i % 50 == 7 {
+            wire.extend_from_slice(b"GET /sleep?ms=5 HTTP/1.1\r\nHost: t\r\n\r\n");
+            expected.push(200);
+        } else {
+            let status = 200 + (i % 99);
+            wire.extend_from_slice(
+                format!("GET /status/{status} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes(),
+            );
+            expected.push(status);
+        }
+    }
+    c.send(&wire);
+    let got: Vec<u16> = (0..expected.len())
+        .map(|_| c.read_response(false).expect("a response").status)
+        .collect();
+    assert_eq!(got, expected);
+}
