@@ -191,12 +191,20 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
     let descriptor = match report.descriptor {
         Ok(d) => d,
         Err(e) => {
-            f.push(Check::fail(
-                "plugin-abi",
-                e.exit_code,
-                e.message,
-                "rebuild the plugin against include/m0serve.h",
-            ));
+            // The loader's refusals end with their own fix (rebuild, or
+            // upgrade m0serve): report it as the fix, said once.
+            let split = [": rebuild", "; rebuild", ": upgrade m0serve"]
+                .iter()
+                .find_map(|sep| e.message.find(sep));
+            let (detail, fix) = match split {
+                Some(at) => (e.message[..at].to_string(), e.message[at + 2..].to_string()),
+                None => (
+                    e.message,
+                    "rebuild the plugin against include/m0serve.h".to_string(),
+                ),
+            };
+            let check = Check::fail("plugin-abi", e.exit_code, detail, fix);
+            f.push(check);
             return f;
         }
     };

@@ -229,6 +229,16 @@ fn doctor_reports_the_plugin_topology_and_limits() {
     assert_eq!(j["topology"]["handler_threads"]["source"], "adaptive");
     assert!(j["topology"]["usable_cpus"].as_u64().unwrap() >= 1);
     assert_eq!(j["server"]["max_body"], 1 << 20);
+    assert_eq!(j["plugin"]["declares_inline"], true);
+    assert_eq!(j["topology"]["inline_calls"], true, "{j:#}");
+    let mut off = args.clone();
+    off.push("--no-inline".into());
+    let (_, j_off) = doctor(&off);
+    assert_eq!(j_off["topology"]["inline_calls"], false);
+    assert_eq!(
+        j_off["topology"]["inline_reason"],
+        "turned off with --no-inline"
+    );
     let names: Vec<&str> = j["checks"]
         .as_array()
         .unwrap()

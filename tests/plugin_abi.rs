@@ -7,6 +7,7 @@ mod support;
 use std::mem::{offset_of, size_of};
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 use m0serve_abi as abi;
 use support::{Server, bad_plugin, cc, command, repo_root, scratch_dir};
@@ -78,6 +79,7 @@ fn c_lays_out_every_boundary_struct_as_rust_does() {
         ),
         ("M0Request.peer", offset_of!(abi::M0Request, peer)),
         ("M0Request.host_data", offset_of!(abi::M0Request, host_data)),
+        ("M0Request.flags", offset_of!(abi::M0Request, flags)),
         ("M0Host.log", offset_of!(abi::M0Host, log)),
         ("M0Host.counter_add", offset_of!(abi::M0Host, counter_add)),
         ("M0InitArgs.arg", offset_of!(abi::M0InitArgs, arg)),
@@ -107,7 +109,12 @@ fn c_lays_out_every_boundary_struct_as_rust_does() {
 fn plugin_built_for_another_major_is_refused_with_78() {
     let (code, err) = refused(&bad_plugin("major2", &["-DABI_MAJOR=2"]));
     assert_eq!(code, 78, "{err}");
-    assert!(err.contains("ABI 2.0") && err.contains("rebuild"), "{err}");
+    assert!(err.contains("ABI 2.") && err.contains("rebuild"), "{err}");
+    assert_eq!(
+        err.matches("rebuild").count(),
+        1,
+        "the fix is said once: {err}"
+    );
 }
 
 #[test]
@@ -115,11 +122,21 @@ fn plugin_built_for_a_newer_minor_is_refused_and_an_older_one_accepted() {
     let (code, err) = refused(&bad_plugin("minor9", &["-DABI_MINOR=9"]));
     assert_eq!(code, 78, "{err}");
     assert!(err.contains("upgrade m0serve"), "{err}");
-    // hello_c is built for this minor; a plugin for an older minor of the
-    // same major would load the same way (minor 0 is the oldest there is).
+    // hello_c is built for this minor; a plugin built for minor 0 (before
+    // inline calls) loads too, and is never called inline.
     let p = support::plugin("hello_c");
     let s = Server::start(&["--plugin", p.to_str().unwrap()]);
     assert_eq!(support::get(s.addr, "/").status, 200);
+    let old = bad_plugin("minor0", &["-DABI_MINOR=0"]);
+    let s = Server::start(&["--plugin", old.to_str().unwrap()]);
+    // Its handler answers every request with M0_ERR_INTERNAL: a 500 proves
+    // it loaded and was called.
+    assert_eq!(support::get(s.addr, "/").status, 500);
+    assert!(
+        s.wait_for_log("inline calls off", Duration::from_secs(10)),
+        "{}",
+        s.log()
+    );
 }
 
 #[test]
