@@ -56,6 +56,12 @@ pub struct Cli {
     #[arg(long, env = "M0_NO_INLINE", value_parser = parse_bool_flag, num_args = 0, default_missing_value = "true", default_value = "false")]
     pub no_inline: bool,
 
+    /// Microseconds the event loop keeps polling, instead of sleeping, after
+    /// its last event while it answers requests itself (inline calls) and no
+    /// handler thread is busy; 0 turns it off.
+    #[arg(long, env = "M0_IDLE_SPIN_US", default_value_t = 50, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    pub idle_spin_us: u32,
+
     /// Requests queued per worker before the server answers 503.
     #[arg(long, env = "M0_QUEUE_DEPTH", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
     pub queue_depth: u32,

@@ -216,6 +216,7 @@ fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
         .num("graceful_timeout_s", cli.graceful_timeout.as_secs_f64())
         .num("max_keepalive_requests", cli.max_keepalive_requests)
         .num("queue_depth", cli.queue_depth)
+        .num("idle_spin_us", cli.idle_spin_us)
         .num("backlog", cli.backlog)
         .end_object();
 

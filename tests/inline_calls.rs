@@ -162,3 +162,44 @@ fn hundreds_of_pipelined_requests_are_answered_in_order_across_deferrals() {
         .collect();
     assert_eq!(got, expected);
 }
+
+/// Voluntary context switches of a worker's event-loop thread (its main
+/// thread).
+fn loop_thread_sleeps(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("voluntary_ctxt_switches")
+}
+
+/// Sequential keep-alive requests; returns how often the loop slept.
+fn sleeps_over_requests(spin_us: &str, requests: usize) -> u64 {
+    let s = hello(&["--idle-spin-us", spin_us, "--max-keepalive-requests", "0"]);
+    let pids = s.worker_pids();
+    assert_eq!(pids.len(), 1);
+    let mut c = Client::connect(s.addr);
+    c.get("/");
+    let before = loop_thread_sleeps(pids[0]);
+    for _ in 0..requests {
+        assert_eq!(c.get("/").status, 200);
+    }
+    loop_thread_sleeps(pids[0]) - before
+}
+
+#[test]
+fn the_loop_polls_through_short_gaps_instead_of_sleeping_between_requests() {
+    // A window far longer than the client's turnaround, so the spinning
+    // loop never has to sleep while the client keeps sending.
+    let spinning = sleeps_over_requests("5000", 2000);
+    let sleeping = sleeps_over_requests("0", 2000);
+    assert!(
+        sleeping >= 1000,
+        "without spinning the loop sleeps once per request or so: {sleeping}"
+    );
+    assert!(
+        spinning * 10 < sleeping,
+        "spinning {spinning} sleeps vs {sleeping} without"
+    );
+}

@@ -70,6 +70,10 @@ pub struct EventLoop {
     drain_deadline: Option<Instant>,
     next_sweep: Instant,
     inline: Option<InlineCalls>,
+    /// How long to keep polling without blocking after the last event, and
+    /// when the last event came (see `spin_instead_of_blocking`).
+    idle_spin: Duration,
+    last_event: Instant,
     pub accepted: u64,
 }
 
@@ -142,6 +146,8 @@ impl EventLoop {
             drain_deadline: None,
             next_sweep: Instant::now() + SWEEP_EVERY,
             inline: None,
+            idle_spin: Duration::from_micros(u64::from(cli.idle_spin_us)),
+            last_event: Instant::now(),
             accepted: 0,
         })
     }
@@ -187,7 +193,10 @@ impl EventLoop {
                     return Ok(Exit::DeadlinePassed(self.in_flight));
                 }
             }
-            let timeout = self.poll_timeout();
+            let mut timeout = self.poll_timeout();
+            if self.spin_instead_of_blocking() {
+                timeout = Some(Duration::ZERO);
+            }
             let may_block = timeout != Some(Duration::ZERO);
             let parked = may_block && self.pool.park_loop();
             let timeout = if may_block && !parked {
@@ -205,6 +214,7 @@ impl EventLoop {
                 share.mark_pass(crate::plugin::host::monotonic_ns());
             }
             match polled {
+                Ok(()) if !events.is_empty() => self.last_event = Instant::now(),
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
@@ -243,6 +253,22 @@ impl EventLoop {
                 self.sweep_timeouts();
             }
         }
+    }
+
+    /// Poll without blocking for a moment after the last event, when the
+    /// loop answers requests itself and no handler thread is working: a
+    /// keep-alive client's next request usually comes within tens of
+    /// microseconds, and blocking in between costs more than that where an
+    /// idle CPU halts (in a VM each halt is an exit to the hypervisor and
+    /// each wake an IPI through it: the hello bench measured 0.07 context
+    /// switches per request against nginx's 0.03, and 0.80x its req/s at 8
+    /// connections). Never while jobs are in flight, whose threads may need
+    /// this CPU. `--idle-spin-us 0` turns it off.
+    fn spin_instead_of_blocking(&self) -> bool {
+        self.inline.is_some()
+            && self.in_flight == 0
+            && !self.idle_spin.is_zero()
+            && self.last_event.elapsed() < self.idle_spin
     }
 
     fn poll_timeout(&self) -> Option<Duration> {
