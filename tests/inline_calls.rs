@@ -17,15 +17,15 @@ fn hello(extra: &[&str]) -> Server {
     Server::start(&args)
 }
 
-/// SIGTERM, then the worker's closing count line.
+/// SIGTERM, then the worker's closing count lines.
 fn stop_and_read_counts(mut s: Server) -> String {
     s.signal(libc::SIGTERM);
     assert!(s.wait_exit(Duration::from_secs(20)).is_some());
     s.log()
         .lines()
-        .find(|l| l.contains("answered inline"))
-        .unwrap_or_default()
-        .to_string()
+        .filter(|l| l.contains("answered inline") || l.contains("drained:"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[test]
@@ -50,6 +50,7 @@ fn declared_inline_routes_are_answered_on_the_loop_and_blocking_ones_deferred() 
         counts.contains("20 answered inline (0 spilled), 3 deferred to the pool"),
         "{counts}"
     );
+    assert!(counts.contains(", 23 request(s) served"), "{counts}");
 }
 
 #[test]

@@ -14,16 +14,20 @@
 //!    queue, try an eighth more threads (at least one) for a window and keep
 //!    them only if completions per second rose by half of what perfect
 //!    scaling would give (at most `GAIN`); otherwise go back and wait before
-//!    trying again, longer after each failure. Each failed step up is
-//!    followed by a step down: fewer threads are kept when completions per
-//!    second hold (within `DOWN_KEEP`) and the time a request spends in the
-//!    pool does not grow (`DOWN_LATENCY`). Under a closed loop a tie in
-//!    throughput is a tie in latency, and fewer threads then mean less
-//!    switching and lock hand-off: on one CPU a lock-holding view is best
-//!    served by one thread, which the lock rule alone never reaches.
+//!    trying again, longer after each failure. When the worker is using
+//!    all its CPUs (`CPU_SATURATED`), a failed step up is followed by a
+//!    step down: fewer threads are kept when completions per second hold
+//!    (within `DOWN_KEEP`) and the time a request spends in the pool does
+//!    not grow (`DOWN_LATENCY`). Under a closed loop a tie in throughput is
+//!    a tie in latency, and fewer threads then mean less switching and lock
+//!    hand-off: on one CPU a lock-holding view is best served by one
+//!    thread, which the lock rule alone never reaches. A pool whose threads
+//!    mostly wait (I/O) is never stepped down under load: each trial at one
+//!    thread fewer makes requests wait a whole call, and a single 200 ms
+//!    trial put that in the p99 of a 10 s run.
 //!
-//! Threads added are retired one at a time once nothing has queued for
-//! `IDLE_RETIRE`.
+//! Threads added are retired one at a time once, for `IDLE_RETIRE`,
+//! nothing has queued and some thread was always free.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -39,6 +43,8 @@ pub struct Counters {
     pub service_ns: u64,
     pub queue_wait_ns: u64,
     pub lock_wait_ns: u64,
+    /// CPU time the whole worker process has used (all its threads).
+    pub cpu_ns: u64,
 }
 
 /// What the controller reads and moves: the pool in the server, a queueing
@@ -52,6 +58,17 @@ pub trait Tunable {
     fn resize(&mut self, threads: usize);
 }
 
+/// User plus system time of this process, read once per window.
+fn process_cpu_ns() -> u64 {
+    use nix::sys::resource::{UsageWho, getrusage};
+    getrusage(UsageWho::RUSAGE_SELF).map_or(0, |u| {
+        let ns = |t: nix::sys::time::TimeVal| {
+            t.tv_sec() as u64 * 1_000_000_000 + t.tv_usec() as u64 * 1000
+        };
+        ns(u.user_time()) + ns(u.system_time())
+    })
+}
+
 impl Tunable for Pool {
     fn counters(&self) -> Counters {
         let stats = self.stats();
@@ -60,6 +77,7 @@ impl Tunable for Pool {
             service_ns: stats.service_ns.load(Ordering::Relaxed),
             queue_wait_ns: stats.queue_wait_ns.load(Ordering::Relaxed),
             lock_wait_ns: LOCK_WAIT_NS.load(Ordering::Relaxed),
+            cpu_ns: process_cpu_ns(),
         }
     }
     fn load(&self) -> (usize, usize) {
@@ -90,6 +108,8 @@ const DOWN_KEEP: f64 = 0.98;
 /// with nothing changed, and going from 2 threads to 1 shifts a little of
 /// the cycle from the loop into the queue; 10% is "no worse" within that.
 const DOWN_LATENCY: f64 = 1.10;
+/// Share of its usable CPUs the worker must be using for a step down.
+const CPU_SATURATED: f64 = 0.85;
 /// Completions a window needs before a step down is judged on it.
 const DOWN_MIN_SAMPLE: u64 = 40;
 const COOLDOWN_MIN: Duration = Duration::from_millis(600);
@@ -124,7 +144,7 @@ pub struct Controller {
     plan: PoolPlan,
     last_completed: u64,
     last_progress: Instant,
-    last_queued: Instant,
+    last_needed: Instant,
     last_change: Instant,
     window: Mark,
     queued_in_window: bool,
@@ -142,7 +162,7 @@ impl Controller {
             plan,
             last_completed: 0,
             last_progress: now,
-            last_queued: now,
+            last_needed: now,
             last_change: now,
             window: Mark {
                 at: now,
@@ -212,8 +232,13 @@ impl Controller {
         // on a busy machine) is not a reason to add threads, and counting it
         // let noise in the completion rate ratchet the pool upwards.
         if queued > live.saturating_sub(busy) {
-            self.last_queued = now;
+            self.last_needed = now;
             self.queued_in_window = true;
+        }
+        // Every thread busy is not idle either: eight clients on eight
+        // threads queue nothing, and retiring one makes them wait.
+        if busy >= live && live > 0 {
+            self.last_needed = now;
         }
 
         // 1. Starvation.
@@ -255,6 +280,9 @@ impl Controller {
         } else {
             0.0
         };
+        let cpu_share = end.cpu_ns.saturating_sub(start.cpu_ns) as f64
+            / (seconds.max(1e-3) * 1e9 * self.plan.cpus.max(1) as f64);
+        let saturated = cpu_share >= CPU_SATURATED;
         // Mean time a request spent in the pool (queued + served).
         let latency = (service + end.queue_wait_ns.saturating_sub(start.queue_wait_ns) as f64)
             / completions.max(1) as f64;
@@ -286,7 +314,7 @@ impl Controller {
                         "more threads raised throughput",
                     ),
                     Direction::Down => (
-                        target > self.plan.min.max(1),
+                        target > self.plan.min.max(1) && saturated,
                         "fewer threads served as much",
                     ),
                 };
@@ -333,8 +361,10 @@ impl Controller {
         // one more did not help.
         if now >= self.next_probe {
             let up = queued_in_window && lock_share < LOCK_NO_GROW && target < self.plan.max;
-            let down =
-                queued_in_window && completions >= DOWN_MIN_SAMPLE && target > self.plan.min.max(1);
+            let down = queued_in_window
+                && saturated
+                && completions >= DOWN_MIN_SAMPLE
+                && target > self.plan.min.max(1);
             let direction = match (up, down) {
                 (true, true) => Some(self.next_direction),
                 (true, false) => Some(Direction::Up),
@@ -353,7 +383,7 @@ impl Controller {
 
         // Retire surplus threads once idle.
         if target > self.plan.initial
-            && now.duration_since(self.last_queued) >= IDLE_RETIRE
+            && now.duration_since(self.last_needed) >= IDLE_RETIRE
             && now.duration_since(self.last_change) >= IDLE_RETIRE
         {
             self.set(pool, target - 1, now, "idle");
@@ -372,6 +402,8 @@ mod tests {
         conns: usize,
         capacity: fn(usize) -> f64,
         lock_share: fn(usize) -> f64,
+        /// CPUs busy at n threads.
+        cpu_busy: fn(usize) -> f64,
         live: usize,
         counters: Counters,
         carry: f64,
@@ -417,31 +449,35 @@ mod tests {
             c.service_ns += (done * service * 1e9) as u64;
             c.queue_wait_ns += (done * (in_pool - service) * 1e9) as u64;
             c.lock_wait_ns += (done * service * (self.lock_share)(self.live) * 1e9) as u64;
+            c.cpu_ns += ((self.cpu_busy)(self.live) * dt.as_secs_f64() * 1e9) as u64;
         }
     }
 
     /// Runs the model for `seconds` and returns the pool size at every tick
     /// of the last `last` seconds, sorted.
-    fn settle(
-        conns: usize,
-        initial: usize,
+    /// How a view behaves on `cpus` CPUs at n threads.
+    struct View {
+        cpus: usize,
         capacity: fn(usize) -> f64,
         lock_share: fn(usize) -> f64,
-        seconds: u64,
-        last: u64,
-    ) -> Vec<usize> {
+        cpu_busy: fn(usize) -> f64,
+    }
+
+    fn settle(conns: usize, initial: usize, view: View, seconds: u64, last: u64) -> Vec<usize> {
         let plan = PoolPlan {
             initial,
             min: 1,
             max: 64,
             adaptive: true,
+            cpus: view.cpus,
             reason: String::new(),
         };
         let mut controller = Controller::new(plan);
         let mut model = Model {
             conns,
-            capacity,
-            lock_share,
+            capacity: view.capacity,
+            lock_share: view.lock_share,
+            cpu_busy: view.cpu_busy,
             live: initial,
             counters: Counters::default(),
             carry: 0.0,
@@ -474,21 +510,27 @@ mod tests {
     fn a_lock_holding_view_on_one_cpu_settles_on_one_thread() {
         // Every thread past the first only waits for the lock and costs a
         // little in switches (the seeds: eight threads cost 31%).
-        let sizes = settle(
-            8,
-            2,
-            |n| 2200.0 * (1.0 - 0.03 * (n - 1) as f64),
-            |n| 0.9 * (n - 1) as f64 / n as f64,
-            40,
-            20,
-        );
+        let view = View {
+            cpus: 1,
+            capacity: |n| 2200.0 * (1.0 - 0.03 * (n - 1) as f64),
+            lock_share: |n| 0.9 * (n - 1) as f64 / n as f64,
+            cpu_busy: |_| 1.0,
+        };
+        let sizes = settle(8, 2, view, 40, 20);
         assert_eq!(median(&sizes), 1, "{sizes:?}");
         assert!(share_at(&sizes, 1) > 0.8, "{sizes:?}");
     }
 
     #[test]
     fn when_sizes_tie_on_throughput_the_pool_takes_the_fewest_threads() {
-        let sizes = settle(64, 2, |_| 3150.0, |_| 0.0, 40, 20);
+        // A view that releases its lock but has one CPU to compute on.
+        let view = View {
+            cpus: 1,
+            capacity: |_| 3150.0,
+            lock_share: |_| 0.0,
+            cpu_busy: |_| 1.0,
+        };
+        let sizes = settle(64, 2, view, 40, 20);
         assert!(share_at(&sizes, 1) > 0.8, "{sizes:?}");
     }
 
@@ -496,11 +538,19 @@ mod tests {
     fn views_that_block_get_a_thread_per_waiting_client() {
         // 5 ms of sleep per request: throughput scales with threads up to
         // the number of clients.
-        let sizes = settle(64, 2, |n| 200.0 * n.min(64) as f64, |_| 0.0, 40, 10);
+        let sleeping = |capacity: fn(usize) -> f64| View {
+            cpus: 2,
+            capacity,
+            lock_share: |_| 0.0,
+            cpu_busy: |n| 0.01 * n as f64,
+        };
+        let sizes = settle(64, 2, sleeping(|n| 200.0 * n.min(64) as f64), 40, 10);
         assert!(median(&sizes) >= 56, "{sizes:?}");
-        let sizes = settle(8, 2, |n| 200.0 * n.min(8) as f64, |_| 0.0, 40, 10);
-        let m = median(&sizes);
-        assert!((8..=12).contains(&m), "{sizes:?}");
+        let sizes = settle(8, 2, sleeping(|n| 200.0 * n.min(8) as f64), 40, 10);
+        // Never a trial below the 8 the clients need, once there: each one
+        // would make requests wait a whole call.
+        assert!(sizes.iter().all(|&n| n >= 8), "{sizes:?}");
+        assert!(median(&sizes) <= 12, "{sizes:?}");
     }
 
     #[test]
@@ -512,7 +562,13 @@ mod tests {
             2 => 172_000.0,
             _ => 172_000.0 * (1.0 - 0.02 * (n - 2) as f64),
         };
-        let sizes = settle(64, 2, capacity, |n| 0.5 * (n - 1) as f64 / n as f64, 90, 60);
+        let view = View {
+            cpus: 1,
+            capacity,
+            lock_share: |n| 0.5 * (n - 1) as f64 / n as f64,
+            cpu_busy: |_| 1.0,
+        };
+        let sizes = settle(64, 2, view, 90, 60);
         // Trials at other sizes are short and, once settled, rare.
         assert!(share_at(&sizes, 2) > 0.99, "{sizes:?}");
     }
@@ -520,9 +576,13 @@ mod tests {
     #[test]
     fn compute_bound_views_settle_near_the_cpus() {
         // Four CPUs; every thread past four only adds switching.
-        let capacity =
-            |n: usize| 1000.0 * n.min(4) as f64 * (1.0 - 0.01 * n.saturating_sub(4) as f64);
-        let sizes = settle(64, 2, capacity, |_| 0.0, 40, 20);
+        let view = View {
+            cpus: 4,
+            capacity: |n| 1000.0 * n.min(4) as f64 * (1.0 - 0.01 * n.saturating_sub(4) as f64),
+            lock_share: |_| 0.0,
+            cpu_busy: |n| n.min(4) as f64,
+        };
+        let sizes = settle(64, 2, view, 40, 20);
         let m = median(&sizes);
         assert!((4..=6).contains(&m), "{sizes:?}");
     }

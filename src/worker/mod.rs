@@ -233,8 +233,9 @@ fn finish(exit: Exit, mut pool: Pool, accepted: u64) -> Result<i32, (i32, String
     // shutdown_plugin is only safe once no thread is inside the plugin.
     if left == 0 {
         pool.shutdown_plugin();
+        let served = completed + pool.stats().inline_served.load(Ordering::Relaxed);
         crate::log::info(format_args!(
-            "drained: {accepted} connection(s) accepted, {completed} request(s) served"
+            "drained: {accepted} connection(s) accepted, {served} request(s) served"
         ));
     }
     Ok(code)

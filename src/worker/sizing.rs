@@ -20,6 +20,8 @@ pub struct PoolPlan {
     pub min: usize,
     pub max: usize,
     pub adaptive: bool,
+    /// CPUs this worker may use (affinity and cgroup quota).
+    pub cpus: usize,
     /// Why this size, for the log and `--doctor`.
     pub reason: String,
 }
@@ -42,6 +44,7 @@ pub fn plan(desc: &Descriptor, configured: Option<u32>, usable_cpus: usize) -> P
             min: size,
             max: size,
             adaptive: false,
+            cpus: usable_cpus,
             reason,
         };
     }
@@ -51,6 +54,7 @@ pub fn plan(desc: &Descriptor, configured: Option<u32>, usable_cpus: usize) -> P
             min: 1,
             max: 1,
             adaptive: false,
+            cpus: usable_cpus,
             reason: format!(
                 "the plugin is {}: one call at a time",
                 desc.call_model_name()
@@ -81,6 +85,7 @@ pub fn plan(desc: &Descriptor, configured: Option<u32>, usable_cpus: usize) -> P
         min: 1,
         max,
         adaptive: true,
+        cpus: usable_cpus,
         reason: format!("adaptive from {initial}: {why}"),
     }
 }
