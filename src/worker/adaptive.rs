@@ -15,10 +15,10 @@
 //!    them only if completions per second rose by half of what perfect
 //!    scaling would give (at most `GAIN`); otherwise go back and wait before
 //!    trying again, longer after each failure. When the worker is using
-//!    all its CPUs (`CPU_SATURATED`), a failed step up is followed by a
-//!    step down: fewer threads are kept when completions per second hold
-//!    (within `DOWN_KEEP`) and the time a request spends in the pool does
-//!    not grow (`DOWN_LATENCY`). Under a closed loop a tie in throughput is
+//!    all its CPUs (`CPU_SATURATED`), a step up is tried at most once per
+//!    `COOLDOWN_MAX` and a step down is tried instead: fewer threads are
+//!    kept when completions per second hold (within `DOWN_KEEP`) and the
+//!    time a request spends in the pool does not grow (`DOWN_LATENCY`). Under a closed loop a tie in throughput is
 //!    a tie in latency, and fewer threads then mean less switching and lock
 //!    hand-off: on one CPU a lock-holding view is best served by one
 //!    thread, which the lock rule alone never reaches. A pool whose threads
@@ -151,6 +151,10 @@ pub struct Controller {
     probe: Option<Probe>,
     cooldown: Duration,
     next_probe: Instant,
+    /// A step up while the CPUs are saturated rarely pays (the seeds: 31%
+    /// lost to eight threads on a GIL view), so it is tried at most once
+    /// per `COOLDOWN_MAX`: each trial costs the p99 of its window.
+    next_saturated_up: Instant,
     /// Which way the next probe goes when both are possible.
     next_direction: Direction,
 }
@@ -172,6 +176,7 @@ impl Controller {
             probe: None,
             cooldown: COOLDOWN_MIN,
             next_probe: now,
+            next_saturated_up: now + COOLDOWN_MAX,
             next_direction: Direction::Up,
         }
     }
@@ -360,7 +365,10 @@ impl Controller {
         // 3a. Try one more thread while requests queue, or one fewer after
         // one more did not help.
         if now >= self.next_probe {
-            let up = queued_in_window && lock_share < LOCK_NO_GROW && target < self.plan.max;
+            let up = queued_in_window
+                && lock_share < LOCK_NO_GROW
+                && target < self.plan.max
+                && (!saturated || now >= self.next_saturated_up);
             let down = queued_in_window
                 && saturated
                 && completions >= DOWN_MIN_SAMPLE
@@ -372,6 +380,9 @@ impl Controller {
                 (false, false) => None,
             };
             if let Some(direction) = direction {
+                if direction == Direction::Up && saturated {
+                    self.next_saturated_up = now + COOLDOWN_MAX;
+                }
                 let why = match direction {
                     Direction::Up => "requests queue: trying more",
                     Direction::Down => "trying fewer",
