@@ -195,9 +195,12 @@ fn the_loop_polls_through_short_gaps_instead_of_sleeping_between_requests() {
     // loop never has to sleep while the client keeps sending.
     let spinning = sleeps_over_requests("5000", 2000);
     let sleeping = sleeps_over_requests("0", 2000);
+    // Without it the loop sleeps before most requests (980 to 2000 of 2000
+    // measured; fewer when the client's next request beats the loop to its
+    // wait).
     assert!(
-        sleeping >= 1000,
-        "without spinning the loop sleeps once per request or so: {sleeping}"
+        sleeping >= 400,
+        "without spinning the loop sleeps between requests: {sleeping}"
     );
     assert!(
         spinning * 10 < sleeping,
