@@ -9,7 +9,8 @@
 //!
 //! A plugin that declares `M0_CAP_INLINE` (its handler never blocks) is
 //! called on this thread, with no hand-off; a request it would block on
-//! comes back as `M0_DEFER` and goes to the pool like any other.
+//! comes back as `M0_DEFER` and goes to the pool like any other (see
+//! `event_loop/inline.rs`).
 
 use std::io;
 use std::net::SocketAddr;
@@ -25,12 +26,14 @@ use slab::Slab;
 use super::accept_share::AcceptShare;
 use super::adaptive::{self, Controller};
 use super::connection::{Conn, Phase, Ready, Step};
-use super::exchange::{self, Outcome};
 use super::pool::{Completion, Job, Peer, Pool};
 use crate::config::Config;
 use crate::http::head::{Limits, RequestHead};
 use crate::http::{HttpError, response};
 use crate::signals::SignalPipe;
+
+mod inline;
+use inline::InlineCalls;
 
 pub const LISTENER: Token = Token(usize::MAX - 1);
 pub const WAKER: Token = Token(usize::MAX - 2);
@@ -75,16 +78,6 @@ pub struct EventLoop {
     idle_spin: Duration,
     last_event: Instant,
     pub accepted: u64,
-}
-
-/// What the loop keeps for calling the plugin itself.
-struct InlineCalls {
-    thread_index: u32,
-    headers: Vec<m0serve_abi::M0Header>,
-    scratch: Vec<u8>,
-    /// Spilled bytes of the current call; moved into the connection when
-    /// the socket did not take them all.
-    spilled: Vec<u8>,
 }
 
 /// Why the loop ended.
@@ -150,19 +143,6 @@ impl EventLoop {
             last_event: Instant::now(),
             accepted: 0,
         })
-    }
-
-    /// Call the plugin on this thread from now on (see `M0_CAP_INLINE`).
-    /// Fails with the code of the plugin's thread-start hook.
-    pub fn enable_inline(&mut self) -> Result<(), i32> {
-        let thread_index = self.pool.adopt_loop_thread()?;
-        self.inline = Some(InlineCalls {
-            thread_index,
-            headers: Vec::with_capacity(32),
-            scratch: Vec::with_capacity(1024),
-            spilled: Vec::new(),
-        });
-        Ok(())
     }
 
     pub fn into_pool(self) -> Pool {
@@ -253,22 +233,6 @@ impl EventLoop {
                 self.sweep_timeouts();
             }
         }
-    }
-
-    /// Poll without blocking for a moment after the last event, when the
-    /// loop answers requests itself and no handler thread is working: a
-    /// keep-alive client's next request usually comes within tens of
-    /// microseconds, and blocking in between costs more than that where an
-    /// idle CPU halts (in a VM each halt is an exit to the hypervisor and
-    /// each wake an IPI through it: the hello bench measured 0.07 context
-    /// switches per request against nginx's 0.03, and 0.80x its req/s at 8
-    /// connections). Never while jobs are in flight, whose threads may need
-    /// this CPU. `--idle-spin-us 0` turns it off.
-    fn spin_instead_of_blocking(&self) -> bool {
-        self.inline.is_some()
-            && self.in_flight == 0
-            && !self.idle_spin.is_zero()
-            && self.last_event.elapsed() < self.idle_spin
     }
 
     fn poll_timeout(&self) -> Option<Duration> {
@@ -540,67 +504,6 @@ impl EventLoop {
             }
         }
         false
-    }
-
-    /// An inline call answered. True when the connection is ready for its
-    /// next request now; otherwise it flushes first, or closes.
-    fn answered_inline(&mut self, key: usize, job: Job, outcome: Outcome) -> bool {
-        self.recycle(job.buf, job.head);
-        let Some(conn) = self.conns.get_mut(key) else {
-            return false;
-        };
-        let Some(inline) = &mut self.inline else {
-            return false;
-        };
-        if inline.spilled.is_empty() {
-            return self.after_response(key, outcome.keep_alive);
-        }
-        // The socket is full: keep the rest and go on when it drains.
-        std::mem::swap(&mut conn.out, &mut inline.spilled);
-        conn.out_pos = 0;
-        conn.phase = Phase::Flushing {
-            keep_alive: outcome.keep_alive,
-        };
-        conn.deadline = self.timeouts.idle.map(|t| Instant::now() + t);
-        let registered = self.poll.registry().reregister(
-            &mut conn.stream,
-            Token(key),
-            Interest::READABLE | Interest::WRITABLE,
-        );
-        if registered.is_err() {
-            self.close(key);
-        }
-        false
-    }
-
-    /// Send more of a connection's spilled response.
-    fn flush(&mut self, key: usize) {
-        let Some(conn) = self.conns.get_mut(key) else {
-            return;
-        };
-        let Phase::Flushing { keep_alive } = conn.phase else {
-            return;
-        };
-        let fd = conn.stream.as_raw_fd();
-        match exchange::flush_spilled(fd, &conn.out, &mut conn.out_pos) {
-            Ok(false) => {}
-            Ok(true) => {
-                conn.out.clear();
-                conn.out_pos = 0;
-                if conn.out.capacity() > 64 * 1024 {
-                    conn.out = Vec::new();
-                }
-                let _ = self.poll.registry().reregister(
-                    &mut conn.stream,
-                    Token(key),
-                    Interest::READABLE,
-                );
-                if self.after_response(key, keep_alive) {
-                    self.drive(key);
-                }
-            }
-            Err(_) => self.close(key),
-        }
     }
 
     fn on_completion(&mut self, done: Completion) {
