@@ -316,12 +316,16 @@ pub fn record_bind(f: &mut Findings, result: Result<SocketAddr, (i32, String)>) 
             ));
         }
         Err((code, message)) => {
-            f.push(Check::fail(
-                "port",
-                code,
-                message,
-                "stop the other process or pick another port with --port",
-            ));
+            // The listener's messages end with their fix after "; ": report
+            // it as the fix, said once.
+            let (detail, fix) = match message.split_once("; ") {
+                Some((detail, fix)) => (detail.to_string(), fix.to_string()),
+                None => (
+                    message,
+                    "stop the other process or pick another port with --port".to_string(),
+                ),
+            };
+            f.push(Check::fail("port", code, detail, fix));
         }
     }
 }

@@ -310,6 +310,12 @@ fn doctor_never_listens_and_names_a_taken_port() {
             .contains(&format!("port {port}")),
         "{port_check}"
     );
+    let fix = port_check["fix"].as_str().unwrap();
+    assert!(fix.contains("--port"), "{port_check}");
+    assert!(
+        !port_check["detail"].as_str().unwrap().contains("--port"),
+        "the fix is said once: {port_check}"
+    );
     // The full report is still there.
     assert_eq!(j["plugin"]["name"], "hello_c");
     // And with the port free, the doctor leaves nothing listening.
