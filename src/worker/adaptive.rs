@@ -18,9 +18,9 @@
 //!    all its CPUs (`CPU_SATURATED`), a step up is tried at most once per
 //!    `COOLDOWN_MAX` and a step down is tried instead: fewer threads are
 //!    kept when completions per second hold (within `DOWN_KEEP`) and the
-//!    time a request spends in the pool does not grow (`DOWN_LATENCY`). Under a closed loop a tie in throughput is
-//!    a tie in latency, and fewer threads then mean less switching and lock
-//!    hand-off: on one CPU a lock-holding view is best served by one
+//!    time a request spends in the pool does not grow (`DOWN_LATENCY`).
+//!    Under a closed loop a tie in throughput is a tie in latency, and
+//!    fewer threads then mean less switching and lock hand-off: on one CPU a lock-holding view is best served by one
 //!    thread, which the lock rule alone never reaches. A pool whose threads
 //!    mostly wait (I/O) is never stepped down under load: each trial at one
 //!    thread fewer makes requests wait a whole call, and a single 200 ms
@@ -50,6 +50,9 @@ pub struct Counters {
 /// What the controller reads and moves: the pool in the server, a queueing
 /// model in the unit tests (so its decisions are tested without clocks).
 pub trait Tunable {
+    /// Requests completed so far: read every tick, so it must be cheap.
+    fn completed(&self) -> u64;
+    /// Every running total, read once per window.
     fn counters(&self) -> Counters;
     /// Jobs queued and threads busy right now.
     fn load(&self) -> (usize, usize);
@@ -70,6 +73,9 @@ fn process_cpu_ns() -> u64 {
 }
 
 impl Tunable for Pool {
+    fn completed(&self) -> u64 {
+        self.stats().completed.load(Ordering::Relaxed)
+    }
     fn counters(&self) -> Counters {
         let stats = self.stats();
         Counters {
@@ -199,7 +205,7 @@ impl Controller {
         self.last_change = now;
     }
 
-    /// Move one thread `direction` from `target`, to be judged against the
+    /// Move a step `direction` from `target`, to be judged against the
     /// window just measured: (completions per second, ns in the pool).
     fn start_probe(
         &mut self,
@@ -230,7 +236,7 @@ impl Controller {
         if !self.plan.adaptive {
             return;
         }
-        let completed = pool.counters().completed;
+        let completed = pool.completed();
         if completed != self.last_completed {
             self.last_completed = completed;
             self.last_progress = now;
@@ -278,12 +284,11 @@ impl Controller {
             counters: pool.counters(),
         };
         let start = std::mem::replace(&mut self.window, end);
-        let (end_at, start_at) = (end.at, start.at);
+        let seconds = end.at.duration_since(start.at).as_secs_f64();
         let (end, start) = (end.counters, start.counters);
         let queued_in_window = std::mem::replace(&mut self.queued_in_window, false);
-        let seconds = end_at.duration_since(start_at).as_secs_f64();
-        let rate = (end.completed - start.completed) as f64 / seconds.max(1e-3);
         let completions = end.completed - start.completed;
+        let rate = completions as f64 / seconds.max(1e-3);
         let service = end.service_ns.saturating_sub(start.service_ns) as f64;
         let lock_share = if service > 0.0 {
             end.lock_wait_ns.saturating_sub(start.lock_wait_ns) as f64 / service
@@ -367,8 +372,8 @@ impl Controller {
             return;
         }
 
-        // 3a. Try one more thread while requests queue, or one fewer after
-        // one more did not help.
+        // 3a. Try more threads while requests queue, or fewer while the CPUs
+        // are saturated (alternating after a failed trial when both apply).
         if now >= self.next_probe {
             let up = queued_in_window
                 && lock_share < LOCK_NO_GROW
@@ -427,6 +432,9 @@ mod tests {
     }
 
     impl Tunable for Model {
+        fn completed(&self) -> u64 {
+            self.counters.completed
+        }
         fn counters(&self) -> Counters {
             self.counters
         }
