@@ -188,8 +188,7 @@ impl Pool {
                     return;
                 }
                 q.live += 1;
-                q.next_index += 1;
-                q.next_index - 1
+                q.claim_index()
             };
             let shared = Arc::clone(&self.shared);
             let handle = std::thread::Builder::new()
@@ -226,31 +225,14 @@ impl Pool {
     /// Prepare the calling thread (the event loop) for inline calls: give it
     /// a thread index of its own and run the plugin's thread-start hook.
     pub fn adopt_loop_thread(&self) -> Result<u32, i32> {
-        let index = {
-            let mut q = lock(&self.shared.queue);
-            q.next_index += 1;
-            q.next_index - 1
-        };
-        let calls = self.shared.calls;
-        if let Some(start) = calls.thread_start {
-            // SAFETY: the plugin's state and its thread-start hook, on the
-            // thread that will make the inline calls.
-            let code = unsafe { start(calls.state, index) };
-            if code != abi::M0_OK {
-                return Err(code);
-            }
-        }
+        let index = lock(&self.shared.queue).claim_index();
+        thread_start_hook(&self.shared.calls, index)?;
         Ok(index)
     }
 
     /// Undo `adopt_loop_thread` on the same thread, after its last call.
     pub fn release_loop_thread(&self, index: u32) {
-        let calls = self.shared.calls;
-        if let Some(stop) = calls.thread_stop {
-            // SAFETY: the plugin's state and its thread-stop hook, on the
-            // thread whose start hook ran.
-            unsafe { stop(calls.state, index) };
-        }
+        thread_stop_hook(&self.shared.calls, index);
     }
 
     /// Call the plugin for `job` on the event loop. Whatever the socket does
@@ -343,25 +325,51 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn handler_thread(shared: Arc<Shared>, index: u32) {
-    let calls = shared.calls;
-    if let Some(start) = calls.thread_start {
+impl Queue {
+    /// The next thread index: handler threads and the event loop (for
+    /// inline calls) each get their own.
+    fn claim_index(&mut self) -> u32 {
+        self.next_index += 1;
+        self.next_index - 1
+    }
+}
+
+/// The plugin's per-thread start hook, if it has one, on the calling thread.
+fn thread_start_hook(calls: &Calls, index: u32) -> Result<(), i32> {
+    match calls.thread_start {
         // SAFETY: the plugin's state and its thread-start hook, on the thread
         // that will make its calls.
-        let code = unsafe { start(calls.state, index) };
-        if code != abi::M0_OK {
-            crate::log::error(format_args!(
-                "the plugin's thread_start failed on handler thread {index} (code {code}); stopping the worker"
-            ));
-            shared
-                .stats
-                .thread_start_failures
-                .fetch_add(1, Ordering::Relaxed);
-            super::request_fatal_stop();
-            let _ = shared.waker.wake();
-            lock(&shared.queue).live -= 1;
-            return;
-        }
+        Some(start) => match unsafe { start(calls.state, index) } {
+            abi::M0_OK => Ok(()),
+            code => Err(code),
+        },
+        None => Ok(()),
+    }
+}
+
+/// The plugin's per-thread stop hook, on the thread whose start hook ran.
+fn thread_stop_hook(calls: &Calls, index: u32) {
+    if let Some(stop) = calls.thread_stop {
+        // SAFETY: the plugin's state and its thread-stop hook, on the thread
+        // whose start hook ran, after its last call.
+        unsafe { stop(calls.state, index) };
+    }
+}
+
+fn handler_thread(shared: Arc<Shared>, index: u32) {
+    let calls = shared.calls;
+    if let Err(code) = thread_start_hook(&calls, index) {
+        crate::log::error(format_args!(
+            "the plugin's thread_start failed on handler thread {index} (code {code}); stopping the worker"
+        ));
+        shared
+            .stats
+            .thread_start_failures
+            .fetch_add(1, Ordering::Relaxed);
+        super::request_fatal_stop();
+        let _ = shared.waker.wake();
+        lock(&shared.queue).live -= 1;
+        return;
     }
     let mut headers: Vec<abi::M0Header> = Vec::with_capacity(32);
     let mut scratch: Vec<u8> = Vec::with_capacity(1024);
@@ -445,11 +453,7 @@ fn handler_thread(shared: Arc<Shared>, index: u32) {
     if unannounced > 0 {
         announce(&shared);
     }
-    if let Some(stop) = calls.thread_stop {
-        // SAFETY: the plugin's state and its thread-stop hook, on the thread
-        // whose start hook ran.
-        unsafe { stop(calls.state, index) };
-    }
+    thread_stop_hook(&calls, index);
     if counted_live {
         lock(&shared.queue).live -= 1;
     }
