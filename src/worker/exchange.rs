@@ -321,21 +321,30 @@ fn hex_len(mut n: usize, buf: &mut [u8; 18]) -> &[u8] {
     &buf[i..]
 }
 
+/// Send from `slices` (advancing them) until every byte went, `Ok(true)`,
+/// or the socket is full, `Ok(false)`.
+fn send_until_full(fd: RawFd, slices: &mut &mut [IoSlice<'_>]) -> Result<bool, i32> {
+    IoSlice::advance_slices(slices, 0);
+    while !slices.is_empty() {
+        match nix::sys::socket::sendmsg::<()>(fd, slices, &[], MsgFlags::MSG_NOSIGNAL, None) {
+            Ok(n) => IoSlice::advance_slices(slices, n),
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(nix::errno::Errno::EAGAIN) => return Ok(false),
+            Err(_) => return Err(abi::M0_ERR_DISCONNECTED),
+        }
+    }
+    Ok(true)
+}
+
 /// Write every slice, waiting for the socket when it is full.
 pub fn write_all(
     fd: RawFd,
     mut slices: &mut [IoSlice<'_>],
     timeout: Option<Duration>,
 ) -> Result<(), i32> {
-    IoSlice::advance_slices(&mut slices, 0);
     let deadline = timeout.map(|t| Instant::now() + t);
-    while !slices.is_empty() {
-        match nix::sys::socket::sendmsg::<()>(fd, slices, &[], MsgFlags::MSG_NOSIGNAL, None) {
-            Ok(n) => IoSlice::advance_slices(&mut slices, n),
-            Err(nix::errno::Errno::EINTR) => {}
-            Err(nix::errno::Errno::EAGAIN) => wait_writable(fd, deadline)?,
-            Err(_) => return Err(abi::M0_ERR_DISCONNECTED),
-        }
+    while !send_until_full(fd, &mut slices)? {
+        wait_writable(fd, deadline)?;
     }
     Ok(())
 }
@@ -347,14 +356,8 @@ fn write_or_spill(
     mut slices: &mut [IoSlice<'_>],
     spilled: &mut Vec<u8>,
 ) -> Result<(), i32> {
-    IoSlice::advance_slices(&mut slices, 0);
-    while spilled.is_empty() && !slices.is_empty() {
-        match nix::sys::socket::sendmsg::<()>(fd, slices, &[], MsgFlags::MSG_NOSIGNAL, None) {
-            Ok(n) => IoSlice::advance_slices(&mut slices, n),
-            Err(nix::errno::Errno::EINTR) => {}
-            Err(nix::errno::Errno::EAGAIN) => break,
-            Err(_) => return Err(abi::M0_ERR_DISCONNECTED),
-        }
+    if spilled.is_empty() && send_until_full(fd, &mut slices)? {
+        return Ok(());
     }
     for slice in slices.iter() {
         spilled.extend_from_slice(slice);
@@ -364,16 +367,11 @@ fn write_or_spill(
 
 /// Send what the socket takes of `out[*pos..]`; true once all of it went.
 pub fn flush_spilled(fd: RawFd, out: &[u8], pos: &mut usize) -> Result<bool, i32> {
-    while *pos < out.len() {
-        let slices = [IoSlice::new(&out[*pos..])];
-        match nix::sys::socket::sendmsg::<()>(fd, &slices, &[], MsgFlags::MSG_NOSIGNAL, None) {
-            Ok(n) => *pos += n,
-            Err(nix::errno::Errno::EINTR) => {}
-            Err(nix::errno::Errno::EAGAIN) => return Ok(false),
-            Err(_) => return Err(abi::M0_ERR_DISCONNECTED),
-        }
-    }
-    Ok(true)
+    let mut one = [IoSlice::new(&out[*pos..])];
+    let mut slices = &mut one[..];
+    let all_sent = send_until_full(fd, &mut slices);
+    *pos = out.len() - slices.iter().map(|s| s.len()).sum::<usize>();
+    all_sent
 }
 
 fn wait_writable(fd: RawFd, deadline: Option<Instant>) -> Result<(), i32> {
