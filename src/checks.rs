@@ -192,19 +192,13 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
         Ok(d) => d,
         Err(e) => {
             // The loader's refusals end with their own fix (rebuild, or
-            // upgrade m0serve): report it as the fix, said once.
-            let split = [": rebuild", "; rebuild", ": upgrade m0serve"]
-                .iter()
-                .find_map(|sep| e.message.find(sep));
-            let (detail, fix) = match split {
-                Some(at) => (e.message[..at].to_string(), e.message[at + 2..].to_string()),
-                None => (
-                    e.message,
-                    "rebuild the plugin against include/m0serve.h".to_string(),
-                ),
-            };
-            let check = Check::fail("plugin-abi", e.exit_code, detail, fix);
-            f.push(check);
+            // upgrade m0serve).
+            let (detail, fix) = detail_and_fix(
+                e.message,
+                &[": rebuild", "; rebuild", ": upgrade m0serve"],
+                "rebuild the plugin against include/m0serve.h",
+            );
+            f.push(Check::fail("plugin-abi", e.exit_code, detail, fix));
             return f;
         }
     };
@@ -307,6 +301,17 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
 }
 
 /// Record the outcome of binding (or the doctor's trial bind).
+/// Splits an error message that ends with its own fix at the first of
+/// `separators` (each two characters of punctuation and space, then the
+/// fix), so the fix is reported once, as the fix; `fallback` when the
+/// message names none.
+fn detail_and_fix(message: String, separators: &[&str], fallback: &str) -> (String, String) {
+    match separators.iter().find_map(|sep| message.find(sep)) {
+        Some(at) => (message[..at].to_string(), message[at + 2..].to_string()),
+        None => (message, fallback.to_string()),
+    }
+}
+
 pub fn record_bind(f: &mut Findings, result: Result<SocketAddr, (i32, String)>) {
     match result {
         Ok(addr) => {
@@ -316,15 +321,12 @@ pub fn record_bind(f: &mut Findings, result: Result<SocketAddr, (i32, String)>) 
             ));
         }
         Err((code, message)) => {
-            // The listener's messages end with their fix after "; ": report
-            // it as the fix, said once.
-            let (detail, fix) = match message.split_once("; ") {
-                Some((detail, fix)) => (detail.to_string(), fix.to_string()),
-                None => (
-                    message,
-                    "stop the other process or pick another port with --port".to_string(),
-                ),
-            };
+            // The listener's messages end with their fix after "; ".
+            let (detail, fix) = detail_and_fix(
+                message,
+                &["; "],
+                "stop the other process or pick another port with --port",
+            );
             f.push(Check::fail("port", code, detail, fix));
         }
     }
