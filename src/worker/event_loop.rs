@@ -194,7 +194,10 @@ impl EventLoop {
                 share.mark_pass(crate::plugin::host::monotonic_ns());
             }
             match polled {
-                Ok(()) if !events.is_empty() => self.last_event = Instant::now(),
+                // Only the idle spin reads it: no clock read for the rest.
+                Ok(()) if self.inline.is_some() && !events.is_empty() => {
+                    self.last_event = Instant::now()
+                }
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
