@@ -6,18 +6,11 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use support::{Client, Server, plugin, raw_exchange, status_of};
-
-fn hello(extra: &[&str]) -> Server {
-    let p = plugin("hello_c");
-    let mut args = vec!["--plugin", p.to_str().unwrap()];
-    args.extend_from_slice(extra);
-    Server::start(&args)
-}
+use support::{Client, hello_c, raw_exchange, status_of};
 
 #[test]
 fn get_answers_with_date_and_server_headers() {
-    let s = hello(&[]);
+    let s = hello_c(&[]);
     let r = support::get(s.addr, "/");
     assert_eq!(r.status, 200);
     assert_eq!(r.body, b"hello, world\n");
@@ -33,7 +26,7 @@ fn get_answers_with_date_and_server_headers() {
 
 #[test]
 fn keep_alive_serves_many_requests_on_one_connection() {
-    let s = hello(&[]);
+    let s = hello_c(&[]);
     let mut c = Client::connect(s.addr);
     for _ in 0..50 {
         let r = c.get("/");
@@ -44,7 +37,7 @@ fn keep_alive_serves_many_requests_on_one_connection() {
 
 #[test]
 fn pipelined_requests_are_answered_in_order() {
-    let s = hello(&[]);
+    let s = hello_c(&[]);
     let mut c = Client::connect(s.addr);
     // A slow request first: the fast ones behind it must not overtake it.
     c.send(
@@ -59,7 +52,7 @@ fn pipelined_requests_are_answered_in_order() {
 
 #[test]
 fn content_length_and_chunked_bodies_are_echoed() {
-    let s = hello(&[]);
+    let s = hello_c(&[]);
     let mut c = Client::connect(s.addr);
     let body: Vec<u8> = (0..1_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
     let r = c.request("POST", "/echo", &[], &body);
@@ -82,7 +75,7 @@ fn content_length_and_chunked_bodies_are_echoed() {
 
 #[test]
 fn chunked_response_when_the_plugin_gives_no_length() {
-    let s = hello(&[]);
+    let s = hello_c(&[]);
     let r = support::get(s.addr, "/stream");
     assert!(r.chunked);
     assert_eq!(r.text(), "chunk 0\nchunk 1\nchunk 2\nchunk 3\nchunk 4\n");
@@ -90,7 +83,7 @@ fn chunked_response_when_the_plugin_gives_no_length() {
 
 #[test]
 fn head_has_the_length_but_no_body() {
-    let s = hello(&[]);
+    let s = hello_c(&[]);
     let mut c = Client::connect(s.addr);
     let r = c.request("HEAD", "/", &[], b"");
     assert_eq!(r.status, 200);
@@ -101,7 +94,7 @@ fn head_has_the_length_but_no_body() {
 
 #[test]
 fn expect_100_continue() {
-    let s = hello(&[]);
+    let s = hello_c(&[]);
     let mut c = Client::connect(s.addr);
     c.send(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n");
     let interim = c.read_response(false).unwrap();
@@ -113,7 +106,7 @@ fn expect_100_continue() {
 
 #[test]
 fn oversized_body_is_refused_before_it_is_sent() {
-    let s = hello(&["--max-body", "1k"]);
+    let s = hello_c(&["--max-body", "1k"]);
     let mut c = Client::connect(s.addr);
     c.send(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 1048576\r\nExpect: 100-continue\r\n\r\n");
     let r = c.read_response(false).unwrap();
@@ -130,7 +123,7 @@ fn oversized_body_is_refused_before_it_is_sent() {
 
 #[test]
 fn http10_closes_unless_keep_alive_is_asked() {
-    let s = hello(&[]);
+    let s = hello_c(&[]);
     let out = raw_exchange(s.addr, b"GET / HTTP/1.0\r\n\r\n");
     assert!(
         out.starts_with(b"HTTP/1.0 200 OK\r\n"),
@@ -160,7 +153,7 @@ fn http10_closes_unless_keep_alive_is_asked() {
 
 #[test]
 fn connection_close_is_honoured() {
-    let s = hello(&[]);
+    let s = hello_c(&[]);
     let mut c = Client::connect(s.addr);
     c.send(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
     let r = c.read_response(false).unwrap();
@@ -170,7 +163,7 @@ fn connection_close_is_honoured() {
 
 #[test]
 fn bad_requests_get_a_precise_status_and_the_connection_closes() {
-    let s = hello(&[]);
+    let s = hello_c(&[]);
     let cases: &[(&[u8], u16)] = &[
         (b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400),
         (b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc", 400),
@@ -206,7 +199,7 @@ fn bad_requests_get_a_precise_status_and_the_connection_closes() {
 
 #[test]
 fn limits_have_flags_and_statuses() {
-    let s = hello(&[
+    let s = hello_c(&[
         "--max-uri",
         "100",
         "--max-header-bytes",
@@ -227,7 +220,7 @@ fn limits_have_flags_and_statuses() {
 
 #[test]
 fn slow_head_gets_408_and_idle_connections_close() {
-    let s = hello(&["--header-timeout", "0.5", "--idle-timeout", "0.7"]);
+    let s = hello_c(&["--header-timeout", "0.5", "--idle-timeout", "0.7"]);
     // Slowloris: part of a head, then nothing.
     let mut slow = TcpStream::connect(s.addr).unwrap();
     slow.set_read_timeout(Some(Duration::from_secs(10)))
@@ -248,7 +241,7 @@ fn slow_head_gets_408_and_idle_connections_close() {
 
 #[test]
 fn keep_alive_request_cap_closes_the_connection() {
-    let s = hello(&["--max-keepalive-requests", "3"]);
+    let s = hello_c(&["--max-keepalive-requests", "3"]);
     let mut c = Client::connect(s.addr);
     assert_eq!(c.get("/").header("connection"), None);
     assert_eq!(c.get("/").header("connection"), None);
@@ -258,7 +251,7 @@ fn keep_alive_request_cap_closes_the_connection() {
 
 #[test]
 fn plugin_error_codes_map_to_statuses_and_status_routes_pass_through() {
-    let s = hello(&[]);
+    let s = hello_c(&[]);
     let mut c = Client::connect(s.addr);
     assert_eq!(c.get("/missing").status, 404);
     assert_eq!(c.get("/status/418").status, 418);
@@ -269,7 +262,7 @@ fn plugin_error_codes_map_to_statuses_and_status_routes_pass_through() {
 
 #[test]
 fn a_slow_handler_does_not_stall_other_connections() {
-    let s = hello(&[]);
+    let s = hello_c(&[]);
     let addr = s.addr;
     let slow: Vec<_> = (0..2)
         .map(|_| {
@@ -295,7 +288,7 @@ fn a_slow_handler_does_not_stall_other_connections() {
 
 #[test]
 fn request_headers_are_handed_over_as_sent() {
-    let s = hello(&[]);
+    let s = hello_c(&[]);
     let mut c = Client::connect(s.addr);
     c.send(
         b"GET /headers HTTP/1.1\r\nHost: t\r\nX-Mixed-Case: Va lue\r\nx-dup: 1\r\nx-dup: 2\r\n\r\n",
@@ -309,7 +302,7 @@ fn request_headers_are_handed_over_as_sent() {
 
 #[test]
 fn a_full_queue_answers_503_with_retry_after() {
-    let s = hello(&["--blocking-threads", "1", "--queue-depth", "1"]);
+    let s = hello_c(&["--blocking-threads", "1", "--queue-depth", "1"]);
     let addr = s.addr;
     // One request occupies the only thread, one waits in the queue. (Only
     // /sleep reaches the pool: hello_c answers the rest on the loop.)

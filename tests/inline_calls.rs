@@ -8,14 +8,7 @@ mod support;
 use std::io::{Read, Write};
 use std::time::Duration;
 
-use support::{Client, Server, plugin};
-
-fn hello(extra: &[&str]) -> Server {
-    let p = plugin("hello_c");
-    let mut args = vec!["--plugin", p.to_str().unwrap()];
-    args.extend_from_slice(extra);
-    Server::start(&args)
-}
+use support::{Client, Server, hello_c};
 
 /// SIGTERM, then the worker's closing count lines.
 fn stop_and_read_counts(mut s: Server) -> String {
@@ -30,7 +23,7 @@ fn stop_and_read_counts(mut s: Server) -> String {
 
 #[test]
 fn declared_inline_routes_are_answered_on_the_loop_and_blocking_ones_deferred() {
-    let s = hello(&[]);
+    let s = hello_c(&[]);
     assert!(
         s.wait_for_log("inline calls on", Duration::from_secs(10)),
         "{}",
@@ -55,7 +48,7 @@ fn declared_inline_routes_are_answered_on_the_loop_and_blocking_ones_deferred() 
 
 #[test]
 fn no_inline_sends_every_call_through_the_pool() {
-    let s = hello(&["--no-inline"]);
+    let s = hello_c(&["--no-inline"]);
     assert!(
         s.wait_for_log(
             "inline calls off (turned off with --no-inline)",
@@ -79,7 +72,7 @@ fn no_inline_sends_every_call_through_the_pool() {
 
 #[test]
 fn a_client_that_does_not_read_its_inline_response_holds_up_no_one() {
-    let s = hello(&["--max-body", "64m"]);
+    let s = hello_c(&["--max-body", "64m"]);
     // 32 MiB echoed: more than loopback socket buffers hold, so most of the
     // response waits in the loop's spill buffer for the client to read.
     let body: Vec<u8> = (0..32 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
@@ -141,7 +134,7 @@ fn a_client_that_does_not_read_its_inline_response_holds_up_no_one() {
 
 #[test]
 fn hundreds_of_pipelined_requests_are_answered_in_order_across_deferrals() {
-    let s = hello(&[]);
+    let s = hello_c(&[]);
     let mut c = Client::connect(s.addr);
     let mut wire = Vec::new();
     let mut expected = Vec::new();
@@ -177,7 +170,7 @@ fn loop_thread_sleeps(pid: i32) -> u64 {
 
 /// Sequential keep-alive requests; returns how often the loop slept.
 fn sleeps_over_requests(spin_us: &str, requests: usize) -> u64 {
-    let s = hello(&["--idle-spin-us", spin_us, "--max-keepalive-requests", "0"]);
+    let s = hello_c(&["--idle-spin-us", spin_us, "--max-keepalive-requests", "0"]);
     let pids = s.worker_pids();
     assert_eq!(pids.len(), 1);
     let mut c = Client::connect(s.addr);

@@ -16,6 +16,14 @@ pub fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_m0serve"))
 }
 
+/// A server running the hello_c example plugin, with `extra` flags.
+pub fn hello_c(extra: &[&str]) -> Server {
+    let p = plugin("hello_c");
+    let mut args = vec!["--plugin", p.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    Server::start(&args)
+}
+
 /// A plugin built beside the binary (`libNAME.so`).
 pub fn plugin(name: &str) -> PathBuf {
     let dir = binary()
