@@ -50,9 +50,10 @@ pub struct Cli {
     #[arg(long, env = "M0_BLOCKING_THREADS", value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub blocking_threads: Option<u32>,
 
-    /// Never call the plugin on the event-loop thread, even when it declares
-    /// that its handler does not block (M0_CAP_INLINE); every call then goes
-    /// through the handler pool.
+    /// Never call the plugin on the thread that runs the event loop: neither
+    /// inline calls (a plugin that declares M0_CAP_INLINE) nor loop calls (a
+    /// worker with one CPU calling the plugin on its loop's thread while the
+    /// pool is idle); every call then goes through the handler pool.
     #[arg(long, env = "M0_NO_INLINE", value_parser = parse_bool_flag, num_args = 0, default_missing_value = "true", default_value = "false")]
     pub no_inline: bool,
 

@@ -2,7 +2,9 @@
 //!
 //! `m0serve --plugin libm0_wsgi.so --app-dir tests/apps conformance:...`
 //! serves tests/apps/conformance.py, plain (`application`) and wrapped in
-//! wsgiref.validate (`validated`); every contract test runs in both modes.
+//! wsgiref.validate (`validated`); every contract test runs in both modes,
+//! plain with the app called on the loop's thread, validated on handler
+//! threads.
 
 #[path = "wsgi_http.rs"]
 mod wsgi_http;
@@ -30,8 +32,22 @@ impl Mode {
     }
 }
 
+/// Plain runs on one CPU, where the loop's thread calls the app (loop
+/// calls); validated runs with `--no-inline`, where handler threads do.
+/// Every paragraph is thus checked on both paths.
 fn serve(mode: Mode) -> WsgiServer {
-    WsgiServer::start(mode.spec(), &["--workers", "1"])
+    let (srv, path) = match mode {
+        Mode::Plain => (
+            WsgiServer::start_on_one_cpu(mode.spec(), &["--workers", "1"]),
+            "loop calls on",
+        ),
+        Mode::Validated => (
+            WsgiServer::start(mode.spec(), &["--workers", "1", "--no-inline"]),
+            "loop calls off",
+        ),
+    };
+    assert!(srv.wait_log(path, Duration::from_secs(10)), "{}", srv.log());
+    srv
 }
 
 /// Both modes of one contract paragraph.

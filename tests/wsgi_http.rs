@@ -453,6 +453,17 @@ impl WsgiServer {
         }
     }
 
+    /// Like `start`, on one CPU (see `support::pin_to_one_cpu`).
+    pub fn start_on_one_cpu(spec: &str, extra: &[&str]) -> WsgiServer {
+        let mut cmd = wsgi_command(spec, extra);
+        support::pin_to_one_cpu(&mut cmd);
+        let server = support::Server::start_cmd(cmd);
+        WsgiServer {
+            port: server.addr.port(),
+            server,
+        }
+    }
+
     /// Runs a server that must fail to start: its exit status and log.
     pub fn fail(spec: &str, extra: &[&str]) -> (Option<i32>, String) {
         match support::Server::try_start(wsgi_command(spec, extra)) {

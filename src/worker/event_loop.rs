@@ -11,6 +11,13 @@
 //! called on this thread, with no hand-off; a request it would block on
 //! comes back as `M0_DEFER` and goes to the pool like any other (see
 //! `event_loop/inline.rs`).
+//!
+//! Any other reentrant plugin, on a worker with at most one CPU of its own,
+//! is called by whichever thread leads the loop, between passes, while no
+//! call is in flight on a handler thread: one thread then reads, calls and
+//! writes, as bjoern does, with no hand-off between threads. A call that
+//! runs long has a handler thread take the loop over (see
+//! `event_loop/loop_calls.rs` and `worker/leader.rs`).
 
 use std::io;
 use std::net::SocketAddr;
@@ -33,7 +40,9 @@ use crate::http::{HttpError, response};
 use crate::signals::SignalPipe;
 
 mod inline;
+mod loop_calls;
 use inline::InlineCalls;
+use loop_calls::LoopCalls;
 
 pub const LISTENER: Token = Token(usize::MAX - 1);
 pub const WAKER: Token = Token(usize::MAX - 2);
@@ -73,6 +82,9 @@ pub struct EventLoop {
     drain_deadline: Option<Instant>,
     next_sweep: Instant,
     inline: Option<InlineCalls>,
+    loop_calls: Option<LoopCalls>,
+    events: Option<Events>,
+    completions: Vec<Completion>,
     /// How long to keep polling without blocking after the last event, and
     /// when the last event came (see `spin_instead_of_blocking`).
     idle_spin: Duration,
@@ -139,6 +151,9 @@ impl EventLoop {
             drain_deadline: None,
             next_sweep: Instant::now() + SWEEP_EVERY,
             inline: None,
+            loop_calls: None,
+            events: Some(Events::with_capacity(1024)),
+            completions: Vec::with_capacity(64),
             idle_spin: Duration::from_micros(u64::from(cli.idle_spin_us)),
             last_event: Instant::now(),
             accepted: 0,
@@ -147,7 +162,7 @@ impl EventLoop {
 
     pub fn into_pool(self) -> Pool {
         if let Some(inline) = &self.inline {
-            self.pool.release_loop_thread(inline.thread_index);
+            self.pool.release_loop_thread(inline.bufs.index);
         }
         self.pool
     }
@@ -158,19 +173,42 @@ impl EventLoop {
     }
 
     pub fn run(&mut self) -> io::Result<Exit> {
-        let mut events = Events::with_capacity(1024);
-        let mut completions: Vec<Completion> = Vec::with_capacity(64);
         loop {
+            if let Some(exit) = self.pass()? {
+                return Ok(exit);
+            }
+        }
+    }
+
+    /// One pass of the loop; `Some` when the loop has ended.
+    pub fn pass(&mut self) -> io::Result<Option<Exit>> {
+        let mut events = self
+            .events
+            .take()
+            .unwrap_or_else(|| Events::with_capacity(1024));
+        let mut completions = std::mem::take(&mut self.completions);
+        let result = self.pass_with(&mut events, &mut completions);
+        self.events = Some(events);
+        self.completions = completions;
+        result
+    }
+
+    fn pass_with(
+        &mut self,
+        events: &mut Events,
+        completions: &mut Vec<Completion>,
+    ) -> io::Result<Option<Exit>> {
+        {
             if super::fatal_stop_requested() {
-                return Ok(Exit::Immediate);
+                return Ok(Some(Exit::Immediate));
             }
             if let Some(deadline) = self.drain_deadline {
                 let handed_over = self.share.as_ref().map_or(0, AcceptShare::own_pending);
                 if self.conns.is_empty() && self.in_flight == 0 && handed_over == 0 {
-                    return Ok(Exit::Drained);
+                    return Ok(Some(Exit::Drained));
                 }
                 if Instant::now() >= deadline {
-                    return Ok(Exit::DeadlinePassed(self.in_flight));
+                    return Ok(Some(Exit::DeadlinePassed(self.in_flight)));
                 }
             }
             let mut timeout = self.poll_timeout();
@@ -188,18 +226,18 @@ impl EventLoop {
                 share.publish_active(self.conns.len());
                 share.mark_pass(0);
             }
-            let polled = self.poll.poll(&mut events, timeout);
+            let polled = self.poll.poll(events, timeout);
             self.pool.unpark_loop();
             if let Some(share) = &self.share {
                 share.mark_pass(crate::plugin::host::monotonic_ns());
             }
             match polled {
                 // Only the idle spin reads it: no clock read for the rest.
-                Ok(()) if self.inline.is_some() && !events.is_empty() => {
+                Ok(()) if self.calls_on_loop() && !events.is_empty() => {
                     self.last_event = Instant::now()
                 }
                 Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(None),
                 Err(e) => return Err(e),
             }
             let mut listener_ready = false;
@@ -211,13 +249,13 @@ impl EventLoop {
                     WAKER => {}
                     SIGNALS => {
                         if self.on_signals() {
-                            return Ok(Exit::Immediate);
+                            return Ok(Some(Exit::Immediate));
                         }
                     }
                     Token(key) => self.on_socket_event(key),
                 }
             }
-            self.pool.drain_completions(&mut completions);
+            self.pool.drain_completions(completions);
             for done in completions.drain(..) {
                 self.on_completion(done);
             }
@@ -236,6 +274,7 @@ impl EventLoop {
                 self.sweep_timeouts();
             }
         }
+        Ok(None)
     }
 
     fn poll_timeout(&self) -> Option<Duration> {
@@ -478,19 +517,20 @@ impl EventLoop {
         conn.deadline = None;
         if let Some(inline) = &mut self.inline {
             inline.spilled.clear();
-            let outcome = self.pool.call_inline(
-                &job,
-                inline.thread_index,
-                &mut inline.headers,
-                &mut inline.scratch,
-                &mut inline.spilled,
-            );
+            let outcome = self
+                .pool
+                .call_inline(&job, &mut inline.bufs, &mut inline.spilled);
             if !outcome.deferred {
                 return self.answered_inline(key, job, outcome);
             }
         }
         if let Some(conn) = self.conns.get_mut(key) {
             conn.phase = Phase::Dispatched;
+        }
+        if self.may_call_on_loop() {
+            self.in_flight += 1;
+            self.queue_loop_call(job);
+            return false;
         }
         match self.pool.try_submit(job) {
             Ok(()) => self.in_flight += 1,
@@ -509,7 +549,7 @@ impl EventLoop {
         false
     }
 
-    fn on_completion(&mut self, done: Completion) {
+    pub(super) fn on_completion(&mut self, done: Completion) {
         self.in_flight -= 1;
         let Completion { job, outcome } = done;
         let key = job.token;

@@ -9,6 +9,7 @@ pub mod adaptive;
 pub mod connection;
 pub mod event_loop;
 pub mod exchange;
+pub mod leader;
 pub mod pool;
 pub mod sizing;
 
@@ -161,6 +162,12 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
     let mut event_loop = EventLoop::new(poll, listener, pool, controller, share, cfg, signals)
         .map_err(|e| (1, format!("cannot start the event loop: {e}")))?;
     let (inline, inline_why) = sizing::inline_calls(&plugin.descriptor, cfg.cli.no_inline);
+    let (loop_calls, loop_calls_why) = sizing::loop_calls(
+        &plugin.descriptor,
+        cfg.cli.no_inline,
+        usable,
+        cfg.cli.workers,
+    );
     if inline {
         event_loop.enable_inline().map_err(|code| {
             (
@@ -168,23 +175,32 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
                 format!("the plugin's thread_start failed on the event-loop thread (code {code})"),
             )
         })?;
+    } else if loop_calls {
+        event_loop.enable_loop_calls();
     }
+    let on_off = |on: bool| if on { "on" } else { "off" };
     crate::log::info(format_args!(
-        "pid={} serving {} {} with {} handler thread(s) ({}); inline calls {} ({})",
+        "pid={} serving {} {} with {} handler thread(s) ({}); inline calls {} ({}); loop calls {} ({})",
         std::process::id(),
         plugin.descriptor.name,
         plugin.descriptor.version,
         plan.initial,
         plan.reason,
-        if inline { "on" } else { "off" },
-        inline_why
+        on_off(inline),
+        inline_why,
+        on_off(loop_calls),
+        loop_calls_why
     ));
     if let Some(fd) = setup.ready_fd {
         announce_ready(fd, setup.index);
     }
-    let exit = event_loop
-        .run()
-        .map_err(|e| (1, format!("event loop failed: {e}")))?;
+    let (exit, event_loop) = if event_loop.loop_calls_enabled() {
+        leader::run(event_loop)
+    } else {
+        let mut event_loop = event_loop;
+        (event_loop.run(), event_loop)
+    };
+    let exit = exit.map_err(|e| (1, format!("event loop failed: {e}")))?;
     let accepted = event_loop.accepted;
     if let Some((acc, passed, received)) = event_loop.share_counts() {
         crate::log::info(format_args!(
@@ -201,7 +217,7 @@ fn finish(exit: Exit, mut pool: Pool, accepted: u64) -> Result<i32, (i32, String
     let (_, threads) = pool.size();
     crate::log::info(format_args!(
         "handler pool: {threads} thread(s) at the end; per request {:.1} us queued, {:.1} us in the plugin; \
-         {} lock wait(s) totalling {:.1} ms; {} refused with 503; {} answered inline ({} spilled), {} deferred to the pool",
+         {} lock wait(s) totalling {:.1} ms; {} refused with 503; {} answered inline ({} spilled), {} deferred to the pool; {} loop call(s), {} handed over",
         per_request(pool.stats().queue_wait_ns.load(Ordering::Relaxed)),
         per_request(pool.stats().service_ns.load(Ordering::Relaxed)),
         host::LOCK_WAITS.load(Ordering::Relaxed),
@@ -210,6 +226,8 @@ fn finish(exit: Exit, mut pool: Pool, accepted: u64) -> Result<i32, (i32, String
         pool.stats().inline_served.load(Ordering::Relaxed),
         pool.stats().spilled.load(Ordering::Relaxed),
         pool.stats().deferred.load(Ordering::Relaxed),
+        pool.stats().loop_calls.load(Ordering::Relaxed),
+        pool.stats().handoffs.load(Ordering::Relaxed),
     ));
     let code = match exit {
         Exit::Drained => 0,

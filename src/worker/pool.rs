@@ -27,6 +27,10 @@ use crate::http::Span;
 use crate::http::head::RequestHead;
 use crate::plugin::loader::Calls;
 
+mod watch;
+pub use watch::{LoopCaller, TakeOver, WATCH_TICK};
+use watch::{Watch, Watcher};
+
 /// The peer of a connection, as text once per connection.
 #[derive(Debug)]
 pub struct Peer {
@@ -76,6 +80,7 @@ pub struct Shared {
     worker_index: u32,
     write_timeout: Option<Duration>,
     stats: Stats,
+    watch: Watch,
 }
 
 struct Queue {
@@ -104,6 +109,34 @@ pub struct Stats {
     pub deferred: AtomicU64,
     /// Inline responses the socket did not take at once (flushed later).
     pub spilled: AtomicU64,
+    /// Calls made by the thread leading the event loop (loop calls).
+    pub loop_calls: AtomicU64,
+    /// Loop calls that ran long enough for a handler thread to take the
+    /// loop over.
+    pub handoffs: AtomicU64,
+}
+
+/// What a thread keeps for its calls into the plugin: its thread index and
+/// the buffers each call reuses.
+pub struct CallBuffers {
+    pub index: u32,
+    headers: Vec<abi::M0Header>,
+    scratch: Vec<u8>,
+}
+
+// SAFETY: `headers` holds views into the request of the call in progress;
+// `serve` refills it before each call and nothing reads it between calls, so
+// the stale pointers it keeps meanwhile are never dereferenced, on any thread.
+unsafe impl Send for CallBuffers {}
+
+impl CallBuffers {
+    pub fn new(index: u32) -> CallBuffers {
+        CallBuffers {
+            index,
+            headers: Vec::with_capacity(32),
+            scratch: Vec::with_capacity(1024),
+        }
+    }
 }
 
 pub struct Pool {
@@ -144,6 +177,7 @@ impl Pool {
             worker_index: settings.worker_index,
             write_timeout: settings.write_timeout,
             stats: Stats::default(),
+            watch: Watch::default(),
         });
         let mut pool = Pool {
             shared,
@@ -180,7 +214,9 @@ impl Pool {
         self.spawn_missing();
     }
 
-    fn spawn_missing(&mut self) {
+    /// Start the threads the target asks for and the pool lacks (a thread
+    /// that leads the loop is not counted meanwhile).
+    pub fn spawn_missing(&mut self) {
         loop {
             let index = {
                 let mut q = lock(&self.shared.queue);
@@ -237,20 +273,13 @@ impl Pool {
 
     /// Call the plugin for `job` on the event loop. Whatever the socket does
     /// not take lands in `spilled`; a deferred job is handed back untouched.
-    pub fn call_inline(
-        &self,
-        job: &Job,
-        thread_index: u32,
-        headers: &mut Vec<abi::M0Header>,
-        scratch: &mut Vec<u8>,
-        spilled: &mut Vec<u8>,
-    ) -> Outcome {
+    pub fn call_inline(&self, job: &Job, bufs: &mut CallBuffers, spilled: &mut Vec<u8>) -> Outcome {
         let outcome = serve(
             &self.shared,
             job,
-            thread_index,
-            headers,
-            scratch,
+            bufs.index,
+            &mut bufs.headers,
+            &mut bufs.scratch,
             Sink::Spill(&mut *spilled),
         );
         let stats = &self.shared.stats;
@@ -264,6 +293,11 @@ impl Pool {
             stats.spilled.fetch_add(1, Ordering::Relaxed);
         }
         outcome
+    }
+
+    /// For the threads that lead the loop and call the plugin themselves.
+    pub fn loop_caller(&self) -> LoopCaller {
+        LoopCaller::new(Arc::clone(&self.shared))
     }
 
     /// Take finished exchanges (the loop, once per pass).
@@ -285,6 +319,12 @@ impl Pool {
 
     pub fn unpark_loop(&self) {
         self.shared.loop_parked.store(false, Ordering::SeqCst);
+    }
+
+    /// Join `thread` with the handler threads when the pool stops (the
+    /// thread that led the loop first, which ends as a handler thread).
+    pub fn adopt_thread(&mut self, thread: JoinHandle<()>) {
+        self.handles.push(thread);
     }
 
     /// Stop every thread once the queue is empty, waiting up to `timeout`
@@ -371,8 +411,15 @@ fn handler_thread(shared: Arc<Shared>, index: u32) {
         lock(&shared.queue).live -= 1;
         return;
     }
-    let mut headers: Vec<abi::M0Header> = Vec::with_capacity(32);
-    let mut scratch: Vec<u8> = Vec::with_capacity(1024);
+    handler_loop(&shared, CallBuffers::new(index));
+}
+
+/// Take jobs until the pool stops or has a thread too many (counted in
+/// `live` by the caller), then run the thread-stop hook.
+fn handler_loop(shared: &Arc<Shared>, mut bufs: CallBuffers) {
+    let calls = shared.calls;
+    let index = bufs.index;
+    let mut watcher = Watcher::new();
     // Completions pushed but not yet announced to the loop, and when the
     // first of them was pushed (see `announce`).
     let mut unannounced = 0usize;
@@ -393,6 +440,7 @@ fn handler_thread(shared: Arc<Shared>, index: u32) {
                 }
                 if let Some(job) = q.jobs.pop_front() {
                     q.busy += 1;
+                    watcher.step_down(shared);
                     break Some(job);
                 }
                 if q.stopping {
@@ -401,21 +449,19 @@ fn handler_thread(shared: Arc<Shared>, index: u32) {
                 if unannounced > 0 {
                     // Never park on completions the loop has not heard of.
                     drop(q);
-                    announce(&shared);
+                    announce(shared);
                     unannounced = 0;
                     q = lock(&shared.queue);
                     continue;
                 }
-                q.idle += 1;
-                q = shared.work_ready.wait(q).unwrap_or_else(|e| e.into_inner());
-                q.idle -= 1;
+                q = watcher.idle_wait(shared, q, &mut bufs);
             }
         };
         let Some(job) = job else { break };
         let started = Instant::now();
         if unannounced > 0 && started - first_unannounced >= ANNOUNCE_AFTER {
             // This job may be slow: do not let earlier completions wait on it.
-            announce(&shared);
+            announce(shared);
             unannounced = 0;
         }
         shared
@@ -423,11 +469,11 @@ fn handler_thread(shared: Arc<Shared>, index: u32) {
             .queue_wait_ns
             .fetch_add(duration_ns(started - job.queued_at), Ordering::Relaxed);
         let outcome = serve(
-            &shared,
+            shared,
             &job,
             index,
-            &mut headers,
-            &mut scratch,
+            &mut bufs.headers,
+            &mut bufs.scratch,
             Sink::Wait(shared.write_timeout),
         );
         shared
@@ -446,12 +492,15 @@ fn handler_thread(shared: Arc<Shared>, index: u32) {
             !q.jobs.is_empty()
         };
         if !more_queued || unannounced >= ANNOUNCE_BATCH {
-            announce(&shared);
+            announce(shared);
             unannounced = 0;
         }
     }
     if unannounced > 0 {
-        announce(&shared);
+        announce(shared);
+    }
+    if watcher.step_down(shared) {
+        shared.work_ready.notify_one();
     }
     thread_stop_hook(&calls, index);
     if counted_live {

@@ -9,6 +9,9 @@ by the view, so each view makes that one thing the variable.
 /hash     8 x sha256 over 64 KiB: about a millisecond, the GIL released
 /sleep    time.sleep(5 ms): blocking I/O without the GIL
 /cpu      about 1 ms of pure Python
+/thread   the name of the thread that made the call (m0-loop, m0-handler-N)
+/wait     blocks (GIL released) until /open is requested, at most 30 s
+/open     lets every /wait return
 Each hashing view does a fixed amount of work (about 200 ms, calibrated once
 per process on the first request), never work-until-a-deadline. The
 /block-* views make the same comparison without computing, so idle CPUs are
@@ -18,12 +21,14 @@ not a second variable: the same libc call, made with and without the GIL.
 import ctypes
 import hashlib
 import itertools
+import threading
 import time
 
 BIG = b"r" * 65536
 SMALL = b"h" * 1024
 _iterations = {}
 _order = itertools.count()
+_gate = threading.Event()
 # CDLL releases the GIL around each foreign call; PyDLL keeps it.
 _usleep_released = ctypes.CDLL(None).usleep
 _usleep_held = ctypes.PyDLL(None).usleep
@@ -73,6 +78,16 @@ def application(environ, start_response):
         for i in range(20000):
             total += i
         body = b"done\n"
+    elif path == "/thread":
+        with open(f"/proc/self/task/{threading.get_native_id()}/comm", "rb") as f:
+            body = f.read()
+    elif path == "/wait":
+        environ["wsgi.errors"].write("waiting at the gate\n")
+        environ["wsgi.errors"].flush()
+        body = b"opened\n" if _gate.wait(30) else b"timed out\n"
+    elif path == "/open":
+        _gate.set()
+        body = b"open\n"
     elif path == "/seq":
         seq = next(_order)
         # About a millisecond of pure Python: holds the GIL.

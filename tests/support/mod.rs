@@ -61,6 +61,33 @@ pub fn command(args: &[&str]) -> Command {
     cmd
 }
 
+/// Run `cmd` on one CPU, the first this test may use (as `taskset -c N`
+/// would): each of its workers then has one CPU of its own.
+pub fn pin_to_one_cpu(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: an all-zero cpu_set_t is the empty set; the call fills it.
+    let cpu = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::sched_getaffinity(0, size, &mut set);
+        (0..libc::CPU_SETSIZE as usize)
+            .find(|&c| libc::CPU_ISSET(c, &set))
+            .unwrap_or(0)
+    };
+    // SAFETY: the closure makes one system call on its own stack data,
+    // which is async-signal-safe between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            if libc::sched_setaffinity(0, size, &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 impl Server {
     /// Start with `args` and wait for the ready line.
     pub fn start(args: &[&str]) -> Server {

@@ -11,13 +11,11 @@ use mio::{Interest, Token};
 use super::EventLoop;
 use crate::worker::connection::Phase;
 use crate::worker::exchange::{self, Outcome};
-use crate::worker::pool::Job;
+use crate::worker::pool::{CallBuffers, Job};
 
 /// What the loop keeps for calling the plugin itself.
 pub(super) struct InlineCalls {
-    pub(super) thread_index: u32,
-    pub(super) headers: Vec<m0serve_abi::M0Header>,
-    pub(super) scratch: Vec<u8>,
+    pub(super) bufs: CallBuffers,
     /// Spilled bytes of the current call; moved into the connection when
     /// the socket did not take them all.
     pub(super) spilled: Vec<u8>,
@@ -29,12 +27,16 @@ impl EventLoop {
     pub fn enable_inline(&mut self) -> Result<(), i32> {
         let thread_index = self.pool.adopt_loop_thread()?;
         self.inline = Some(InlineCalls {
-            thread_index,
-            headers: Vec::with_capacity(32),
-            scratch: Vec::with_capacity(1024),
+            bufs: CallBuffers::new(thread_index),
             spilled: Vec::new(),
         });
         Ok(())
+    }
+
+    /// Whether the loop's thread calls the plugin itself (inline calls, or
+    /// loop calls).
+    pub(super) fn calls_on_loop(&self) -> bool {
+        self.inline.is_some() || self.loop_calls.is_some()
     }
 
     /// Poll without blocking for a moment after the last event, when the
@@ -47,7 +49,7 @@ impl EventLoop {
     /// connections). Never while jobs are in flight, whose threads may need
     /// this CPU. `--idle-spin-us 0` turns it off.
     pub(super) fn spin_instead_of_blocking(&self) -> bool {
-        self.inline.is_some()
+        self.calls_on_loop()
             && self.in_flight == 0
             && !self.idle_spin.is_zero()
             && self.last_event.elapsed() < self.idle_spin

@@ -1,0 +1,134 @@
+//! Loop calls: on a worker with one CPU, the thread leading the event loop
+//! calls the WSGI app itself while no handler thread is busy; a call that
+//! blocks has a handler thread take the loop over, and the other
+//! connections are served meanwhile.
+
+#[path = "wsgi_http.rs"]
+mod wsgi_http;
+
+use std::time::Duration;
+
+use wsgi_http::support::{self, Client, Server, command, repo_root};
+
+fn one_cpu_server(extra: &[&str]) -> Server {
+    let plugin = wsgi_http::plugin();
+    let apps = repo_root().join("tests/apps");
+    let mut args = vec![
+        "--plugin",
+        plugin.to_str().unwrap(),
+        "--app-dir",
+        apps.to_str().unwrap(),
+        "--workers",
+        "1",
+    ];
+    args.extend_from_slice(extra);
+    args.push("pool_app:application");
+    let mut cmd = command(&args);
+    support::pin_to_one_cpu(&mut cmd);
+    Server::start_cmd(cmd)
+}
+
+/// The name of the thread that ran the app for one request.
+fn app_thread(c: &mut Client) -> String {
+    let r = c.get("/thread");
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.text().trim().to_string()
+}
+
+/// SIGTERM; the worker must drain and exit 0. Gives back its
+/// "(loop calls, handed over)" counts.
+fn stop_and_read_counts(mut s: Server) -> (u64, u64) {
+    s.signal(libc::SIGTERM);
+    let status = s.wait_exit(Duration::from_secs(20));
+    let log = s.log();
+    assert!(status.is_some_and(|st| st.success()), "{status:?}\n{log}");
+    assert!(log.contains("drained:"), "{log}");
+    let line = log
+        .lines()
+        .find(|l| l.contains(" loop call(s), "))
+        .unwrap_or_else(|| panic!("no closing counts:\n{log}"));
+    let count_before = |what: &str| -> u64 {
+        let head = line.split(what).next().unwrap();
+        head.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let calls = count_before(" loop call(s)");
+    let handed = line
+        .split(" loop call(s), ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    (calls, handed)
+}
+
+#[test]
+fn a_one_cpu_worker_calls_the_app_on_its_loop_thread() {
+    let s = one_cpu_server(&[]);
+    assert!(
+        s.wait_for_log("loop calls on", Duration::from_secs(10)),
+        "{}",
+        s.log()
+    );
+    let mut c = Client::connect(s.addr);
+    for _ in 0..50 {
+        assert_eq!(app_thread(&mut c), "m0-loop");
+    }
+    drop(c);
+    assert_eq!(stop_and_read_counts(s), (50, 0));
+}
+
+#[test]
+fn no_inline_keeps_the_calls_on_handler_threads() {
+    let s = one_cpu_server(&["--no-inline"]);
+    assert!(
+        s.wait_for_log(
+            "loop calls off (turned off with --no-inline)",
+            Duration::from_secs(10)
+        ),
+        "{}",
+        s.log()
+    );
+    let mut c = Client::connect(s.addr);
+    for _ in 0..50 {
+        assert!(app_thread(&mut c).starts_with("m0-handler-"));
+    }
+    drop(c);
+    assert_eq!(stop_and_read_counts(s), (0, 0));
+}
+
+#[test]
+fn a_blocked_call_hands_the_loop_over_and_loop_calls_resume_after_the_back_off() {
+    let s = one_cpu_server(&[]);
+    // The first request is a loop call on the loop's thread, and it blocks
+    // until another request opens the gate.
+    let mut blocked = Client::connect(s.addr);
+    blocked.send(b"GET /wait HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert!(
+        s.wait_for_log("waiting at the gate", Duration::from_secs(10)),
+        "{}",
+        s.log()
+    );
+    // Served while the loop's thread is still inside /wait: the loop moved.
+    let mut other = Client::connect(s.addr);
+    for _ in 0..20 {
+        assert!(app_thread(&mut other).starts_with("m0-handler-"));
+    }
+    assert_eq!(other.get("/open").status, 200);
+    let r = blocked
+        .read_response(false)
+        .expect("the blocked call answers");
+    assert_eq!((r.status, r.text().as_str()), (200, "opened\n"));
+    // After the back-off (250 ms), the thread that leads now calls again.
+    std::thread::sleep(Duration::from_millis(600));
+    for _ in 0..20 {
+        app_thread(&mut other);
+    }
+    drop((blocked, other));
+    let log = s.log();
+    let (calls, handed) = stop_and_read_counts(s);
+    // More hand-offs may follow where calls are slow (a debug build's first
+    // call on a thread takes milliseconds); /wait had to be one.
+    assert!(handed >= 1, "{log}");
+    // /wait, and the first request after the back-off.
+    assert!(calls >= 2, "{calls} loop calls\n{log}");
+}
