@@ -239,6 +239,9 @@ fn doctor_reports_the_plugin_topology_and_limits() {
         j_off["topology"]["inline_reason"],
         "turned off with --no-inline"
     );
+    // Inline calls exclude loop calls.
+    assert_eq!(j["topology"]["loop_calls"], false);
+    assert_eq!(j["topology"]["loop_calls_reason"], "its calls are inline");
     let names: Vec<&str> = j["checks"]
         .as_array()
         .unwrap()
@@ -279,6 +282,22 @@ fn doctor_reports_python_for_the_wsgi_plugin() {
         "{py:#}"
     );
     assert_eq!(j["plugin"]["process_lock"], "held");
+    // Loop calls where each worker has at most one CPU of its own.
+    let usable = j["topology"]["usable_cpus"].as_u64().unwrap();
+    let workers = j["topology"]["workers"].as_u64().unwrap();
+    assert_eq!(j["topology"]["loop_calls"], usable <= workers, "{j:#}");
+    let mut one_each = args.clone();
+    one_each.extend(strings(&["--workers", &usable.to_string()]));
+    let (code, j) = doctor(&one_each);
+    assert_eq!(code, 0, "{j:#}");
+    assert_eq!(j["topology"]["loop_calls"], true, "{j:#}");
+    one_each.push("--no-inline".into());
+    let (_, j) = doctor(&one_each);
+    assert_eq!(j["topology"]["loop_calls"], false);
+    assert_eq!(
+        j["topology"]["loop_calls_reason"],
+        "turned off with --no-inline"
+    );
 }
 
 #[test]

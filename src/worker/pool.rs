@@ -1,9 +1,11 @@
 //! The handler pool: the threads that call the plugin.
 //!
-//! The event loop never runs plugin code. It parses a request, pushes a `Job`
-//! and goes back to its wait; a handler thread takes the job, calls the
-//! plugin, writes the response itself (see `exchange.rs`) and pushes a
-//! `Completion` back.
+//! The event loop parses a request, pushes a `Job` and goes back to its
+//! wait; a handler thread takes the job, calls the plugin, writes the
+//! response itself (see `exchange.rs`) and pushes a `Completion` back. (Two
+//! exceptions call the plugin on the loop's thread: inline calls, for a
+//! plugin that declares it never blocks, and loop calls, on a worker with
+//! one CPU, watched from here: see `pool/watch.rs`.)
 //!
 //! Hand-off costs no syscall while both sides are busy: a push wakes a
 //! thread only when one is parked, and a completion pokes the loop's waker
@@ -120,6 +122,8 @@ pub struct Stats {
 /// the buffers each call reuses.
 pub struct CallBuffers {
     pub index: u32,
+    /// The kernel's id of the thread these belong to.
+    tid: i32,
     headers: Vec<abi::M0Header>,
     scratch: Vec<u8>,
 }
@@ -130,9 +134,11 @@ pub struct CallBuffers {
 unsafe impl Send for CallBuffers {}
 
 impl CallBuffers {
+    /// On the thread that will use them.
     pub fn new(index: u32) -> CallBuffers {
         CallBuffers {
             index,
+            tid: nix::unistd::gettid().as_raw(),
             headers: Vec::with_capacity(32),
             scratch: Vec::with_capacity(1024),
         }
@@ -261,9 +267,7 @@ impl Pool {
     /// Prepare the calling thread (the event loop) for inline calls: give it
     /// a thread index of its own and run the plugin's thread-start hook.
     pub fn adopt_loop_thread(&self) -> Result<u32, i32> {
-        let index = lock(&self.shared.queue).claim_index();
-        thread_start_hook(&self.shared.calls, index)?;
-        Ok(index)
+        start_calling_thread(&self.shared)
     }
 
     /// Undo `adopt_loop_thread` on the same thread, after its last call.
@@ -374,6 +378,14 @@ impl Queue {
     }
 }
 
+/// Give the calling thread an index of its own and run the plugin's
+/// thread-start hook on it (the error is the hook's code).
+fn start_calling_thread(shared: &Shared) -> Result<u32, i32> {
+    let index = lock(&shared.queue).claim_index();
+    thread_start_hook(&shared.calls, index)?;
+    Ok(index)
+}
+
 /// The plugin's per-thread start hook, if it has one, on the calling thread.
 fn thread_start_hook(calls: &Calls, index: u32) -> Result<(), i32> {
     match calls.thread_start {
@@ -468,19 +480,7 @@ fn handler_loop(shared: &Arc<Shared>, mut bufs: CallBuffers) {
             .stats
             .queue_wait_ns
             .fetch_add(duration_ns(started - job.queued_at), Ordering::Relaxed);
-        let outcome = serve(
-            shared,
-            &job,
-            index,
-            &mut bufs.headers,
-            &mut bufs.scratch,
-            Sink::Wait(shared.write_timeout),
-        );
-        shared
-            .stats
-            .service_ns
-            .fetch_add(duration_ns(started.elapsed()), Ordering::Relaxed);
-        shared.stats.completed.fetch_add(1, Ordering::Relaxed);
+        let outcome = serve_counted(shared, &job, &mut bufs);
         lock(&shared.done).push(Completion { job, outcome });
         if unannounced == 0 {
             first_unannounced = started;
@@ -527,6 +527,26 @@ fn announce(shared: &Shared) {
 
 fn duration_ns(d: Duration) -> u64 {
     d.as_nanos().min(u64::MAX as u128) as u64
+}
+
+/// Call the plugin for `job` on a thread that may wait for the socket
+/// (a handler thread, or the loop's leader without the loop), and count it.
+fn serve_counted(shared: &Shared, job: &Job, bufs: &mut CallBuffers) -> Outcome {
+    let started = Instant::now();
+    let outcome = serve(
+        shared,
+        job,
+        bufs.index,
+        &mut bufs.headers,
+        &mut bufs.scratch,
+        Sink::Wait(shared.write_timeout),
+    );
+    let stats = &shared.stats;
+    stats
+        .service_ns
+        .fetch_add(duration_ns(started.elapsed()), Ordering::Relaxed);
+    stats.completed.fetch_add(1, Ordering::Relaxed);
+    outcome
 }
 
 /// Call the plugin for one job.

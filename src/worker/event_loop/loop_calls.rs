@@ -20,6 +20,9 @@ const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 pub(super) struct LoopCalls {
     batch: Vec<Job>,
+    /// Completions of the last batch not yet taken in: still counted in
+    /// flight, but no handler thread is busy with them.
+    finishing: usize,
     /// After a hand-off, no loop calls until then.
     resume_at: Option<Instant>,
     backoff: Duration,
@@ -30,6 +33,7 @@ impl EventLoop {
     pub fn enable_loop_calls(&mut self) {
         self.loop_calls = Some(LoopCalls {
             batch: Vec::with_capacity(64),
+            finishing: 0,
             resume_at: None,
             backoff: BACKOFF_MIN,
         });
@@ -54,7 +58,7 @@ impl EventLoop {
         let Some(calls) = &mut self.loop_calls else {
             return false;
         };
-        if self.in_flight != calls.batch.len() {
+        if self.in_flight != calls.batch.len() + calls.finishing {
             return false;
         }
         if let Some(at) = calls.resume_at {
@@ -84,12 +88,18 @@ impl EventLoop {
         if done.is_empty() {
             return;
         }
-        if let Some(calls) = &mut self.loop_calls
-            && calls.resume_at.is_none()
-        {
-            calls.backoff = BACKOFF_MIN;
+        if let Some(calls) = &mut self.loop_calls {
+            if calls.resume_at.is_none() {
+                calls.backoff = BACKOFF_MIN;
+            }
+            // A connection's next request, read while the rest are taken
+            // in, may be a loop call too.
+            calls.finishing = done.len();
         }
         for completion in done.drain(..) {
+            if let Some(calls) = &mut self.loop_calls {
+                calls.finishing -= 1;
+            }
             self.on_completion(completion);
         }
     }

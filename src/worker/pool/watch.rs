@@ -11,16 +11,16 @@
 //! case costs one atomic store before and one compare-and-swap after each
 //! call, and the watcher's timer while calls happen.
 
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicI32, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, MutexGuard, OnceLock, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{
-    CallBuffers, Completion, Job, Queue, Shared, announce, handler_loop, lock, serve,
-    thread_start_hook,
+    CallBuffers, Completion, Job, Queue, Shared, announce, duration_ns, handler_loop, lock,
+    serve_counted, start_calling_thread,
 };
-use crate::worker::exchange::{Outcome, Sink};
-
 /// How often the watcher looks. A call it sees on two ticks in a row has
 /// run at least one tick, and is taken over within two. Debug builds make
 /// a first call on a thread take a few milliseconds, and a hand-off sends
@@ -51,14 +51,54 @@ pub(super) struct Watch {
     /// Count of calls the loop's thread has begun, shifted left two bits,
     /// with LEADING, CALLING or EXITED in the low bits.
     word: AtomicU64,
+    /// The kernel's id of the thread in the call (for `LeaderClock`).
+    leader_tid: AtomicI32,
     state: AtomicU8,
     take_over: OnceLock<Weak<dyn TakeOver>>,
+}
+
+impl Watch {
+    /// The leader (kernel thread id `tid`) starts a call; returns the word
+    /// that names it.
+    fn begin_call(&self, tid: i32) -> u64 {
+        self.leader_tid.store(tid, Ordering::Relaxed);
+        let begun = (self.word.load(Ordering::SeqCst) & !3) + 4 + CALLING;
+        self.word.store(begun, Ordering::SeqCst);
+        begun
+    }
+
+    /// The leader's call `begun` returned: true when it still leads, false
+    /// when a watcher claimed the loop meanwhile.
+    fn end_call(&self, begun: u64) -> bool {
+        self.word
+            .compare_exchange(
+                begun,
+                begun - CALLING + LEADING,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            )
+            .is_ok()
+    }
+
+    /// A watcher takes the loop from the call `word` names, if that call is
+    /// still running (the same compare-and-swap as `end_call`: one wins).
+    fn claim(&self, word: u64) -> bool {
+        word & 3 == CALLING && self.end_call(word)
+    }
+
+    fn exit(&self) {
+        self.word.fetch_or(EXITED, Ordering::SeqCst);
+    }
 }
 
 /// A handler thread's view of the watch.
 pub(super) struct Watcher {
     claimed: bool,
+    late_before: bool,
     seen: u64,
+    /// The leader's CPU accounting when `seen` was first seen.
+    seen_clock: Option<Clock>,
+    clock: LeaderClock,
     quiet: u32,
 }
 
@@ -66,7 +106,10 @@ impl Watcher {
     pub(super) fn new() -> Watcher {
         Watcher {
             claimed: false,
+            late_before: false,
             seen: u64::MAX,
+            seen_clock: None,
+            clock: LeaderClock { file: None },
             quiet: 0,
         }
     }
@@ -108,6 +151,7 @@ impl Watcher {
             q.idle -= 1;
             return q;
         }
+        let slept_at = Instant::now();
         let (mut q, waited) = shared
             .work_ready
             .wait_timeout(q, WATCH_TICK)
@@ -117,7 +161,23 @@ impl Watcher {
             return q;
         }
         let word = watch.word.load(Ordering::SeqCst);
-        if word & 3 == CALLING && word == self.seen {
+        // A late wake may mean this CPU was not ours (in a VM the host
+        // stops it for milliseconds now and then): the call was stopped
+        // too, so the tick only starts a new observation. Only one in a
+        // row: a call computing on this CPU may keep every wake late.
+        let late = slept_at.elapsed() >= WATCH_TICK * 3 / 2;
+        let trusted = !late || self.late_before;
+        self.late_before = late;
+        let clock = if word & 3 == CALLING {
+            self.clock.read(watch.leader_tid.load(Ordering::Relaxed))
+        } else {
+            None
+        };
+        if word & 3 == CALLING
+            && word == self.seen
+            && trusted
+            && !waiting_for_a_cpu(self.seen_clock, clock)
+        {
             // The same call on two ticks: lead the loop, and let another
             // idle thread watch our calls meanwhile.
             let Some(leader) = watch.take_over.get().and_then(Weak::upgrade) else {
@@ -141,8 +201,63 @@ impl Watcher {
         } else {
             self.quiet = 0;
         }
+        // The next tick judges the time since this one.
+        self.seen_clock = clock;
         self.seen = word;
         q
+    }
+}
+
+/// A thread's CPU accounting from the scheduler: nanoseconds on a CPU, and
+/// runnable but waiting for one.
+#[derive(Clone, Copy)]
+struct Clock {
+    ran: u64,
+    waited: u64,
+}
+
+/// Reads the leader's `/proc/self/task/TID/schedstat`, keeping the file
+/// open while the same thread leads (one `pread` per tick).
+struct LeaderClock {
+    file: Option<(i32, File)>,
+}
+
+impl LeaderClock {
+    fn read(&mut self, tid: i32) -> Option<Clock> {
+        if tid == 0 {
+            return None;
+        }
+        if self.file.as_ref().is_none_or(|(t, _)| *t != tid) {
+            self.file = File::open(format!("/proc/self/task/{tid}/schedstat"))
+                .ok()
+                .map(|f| (tid, f));
+        }
+        let (_, file) = self.file.as_ref()?;
+        let mut buf = [0u8; 96];
+        let n = file.read_at(&mut buf, 0).ok()?;
+        let text = std::str::from_utf8(&buf[..n]).ok()?;
+        let mut fields = text.split_ascii_whitespace().map(|f| f.parse::<u64>().ok());
+        Some(Clock {
+            ran: fields.next()??,
+            waited: fields.next()??,
+        })
+    }
+}
+
+/// Whether the leader spent the time between two readings mostly waiting
+/// for a CPU: another process has it (with two workers, one shares a CPU
+/// with whatever else runs there). A new leader would wait for a CPU as
+/// well, so the loop stays where it is. A call that blocks (neither runs
+/// nor waits) or computes (runs) is taken over. Without schedstat
+/// (an older kernel), every long call is taken over.
+fn waiting_for_a_cpu(before: Option<Clock>, now: Option<Clock>) -> bool {
+    match (before, now) {
+        (Some(b), Some(n)) => {
+            let ran = n.ran.saturating_sub(b.ran);
+            let waited = n.waited.saturating_sub(b.waited);
+            waited > ran && waited >= duration_ns(WATCH_TICK) / 2
+        }
+        _ => false,
     }
 }
 
@@ -171,9 +286,7 @@ impl LoopCaller {
     /// Prepare the calling thread to call the plugin: a thread index of its
     /// own and the plugin's thread-start hook (whose code is the error).
     pub fn start_thread(&self) -> Result<CallBuffers, i32> {
-        let index = lock(&self.shared.queue).claim_index();
-        thread_start_hook(&self.shared.calls, index)?;
-        Ok(CallBuffers::new(index))
+        start_calling_thread(&self.shared).map(CallBuffers::new)
     }
 
     /// The thread that led the loop first, once it has lost it: an
@@ -194,53 +307,20 @@ impl LoopCaller {
     /// caller no longer leads and hands the rest back with `give_back`.
     pub fn call(&self, job: Job, bufs: &mut CallBuffers, done: &mut Vec<Completion>) -> bool {
         let shared = &self.shared;
-        let watch = &shared.watch;
-        let begun = (watch.word.load(Ordering::SeqCst) & !3) + 4 + CALLING;
-        watch.word.store(begun, Ordering::SeqCst);
-        if watch.state.load(Ordering::SeqCst) == NOT_NEEDED {
+        let begun = shared.watch.begin_call(bufs.tid);
+        if shared.watch.state.load(Ordering::SeqCst) == NOT_NEEDED {
             want_watcher(shared);
         }
-        let started = std::time::Instant::now();
-        let outcome: Outcome = serve(
-            shared,
-            &job,
-            bufs.index,
-            &mut bufs.headers,
-            &mut bufs.scratch,
-            Sink::Wait(shared.write_timeout),
-        );
-        let stats = &shared.stats;
-        stats
-            .service_ns
-            .fetch_add(super::duration_ns(started.elapsed()), Ordering::Relaxed);
-        stats.completed.fetch_add(1, Ordering::Relaxed);
-        stats.loop_calls.fetch_add(1, Ordering::Relaxed);
+        let outcome = serve_counted(shared, &job, bufs);
+        shared.stats.loop_calls.fetch_add(1, Ordering::Relaxed);
         done.push(Completion { job, outcome });
-        watch
-            .word
-            .compare_exchange(
-                begun,
-                begun - CALLING + LEADING,
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            )
-            .is_ok()
+        shared.watch.end_call(begun)
     }
 
     /// Claim the loop from the call `word` names; false when that call has
     /// already ended (its thread still leads).
     pub fn claim(&self, word: u64) -> bool {
-        let claimed = self
-            .shared
-            .watch
-            .word
-            .compare_exchange(
-                word,
-                word - CALLING + LEADING,
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            )
-            .is_ok();
+        let claimed = self.shared.watch.claim(word);
         if claimed {
             self.shared.stats.handoffs.fetch_add(1, Ordering::Relaxed);
         }
@@ -249,7 +329,7 @@ impl LoopCaller {
 
     /// The loop has ended: no call is taken over any more.
     pub fn mark_exited(&self) {
-        self.shared.watch.word.fetch_or(EXITED, Ordering::SeqCst);
+        self.shared.watch.exit();
     }
 
     /// After losing the loop mid-batch: queue the calls not yet made (they
@@ -279,5 +359,67 @@ impl LoopCaller {
 
     pub fn leave_leading(&self) {
         lock(&self.shared.queue).live += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_watcher_takes_only_the_call_still_running_and_its_caller_learns_it_lost() {
+        let watch = Watch::default();
+        let first = watch.begin_call(1);
+        assert!(watch.end_call(first), "no watcher: the caller still leads");
+        assert!(!watch.claim(first), "that call has ended");
+        let second = watch.begin_call(1);
+        assert!(
+            !watch.claim(first),
+            "an earlier call's word names nothing now"
+        );
+        assert!(watch.claim(second));
+        assert!(!watch.claim(second), "only one watcher takes it");
+        assert!(!watch.end_call(second), "the caller lost the loop");
+    }
+
+    #[test]
+    fn a_leader_kept_off_its_cpu_is_left_alone_and_one_blocked_or_computing_is_not() {
+        let tick = duration_ns(WATCH_TICK);
+        let at = |ran, waited| Some(Clock { ran, waited });
+        let before = at(1_000, 1_000);
+        // Runnable for the whole tick, another process on the CPU.
+        assert!(waiting_for_a_cpu(
+            before,
+            at(1_000 + tick / 10, 1_000 + tick)
+        ));
+        // Blocked: neither ran nor waited.
+        assert!(!waiting_for_a_cpu(before, at(1_000, 1_000)));
+        // Computing.
+        assert!(!waiting_for_a_cpu(
+            before,
+            at(1_000 + tick, 1_000 + tick / 10)
+        ));
+        // No schedstat: a long call is taken over.
+        assert!(!waiting_for_a_cpu(None, at(0, tick)));
+    }
+
+    #[test]
+    fn the_leaders_clock_is_read_from_the_scheduler() {
+        let tid = nix::unistd::gettid().as_raw();
+        let mut clock = LeaderClock { file: None };
+        let first = clock.read(tid).expect("schedstat of this thread");
+        let spin = Instant::now();
+        while spin.elapsed() < Duration::from_millis(20) {}
+        let later = clock.read(tid).unwrap();
+        assert!(later.ran > first.ran);
+    }
+
+    #[test]
+    fn nothing_is_taken_over_once_the_loop_has_ended() {
+        let watch = Watch::default();
+        let call = watch.begin_call(1);
+        watch.exit();
+        assert!(!watch.claim(call));
+        assert!(!watch.claim(watch.word.load(Ordering::SeqCst)));
     }
 }
