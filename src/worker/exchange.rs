@@ -342,8 +342,11 @@ pub fn write_all(
     mut slices: &mut [IoSlice<'_>],
     timeout: Option<Duration>,
 ) -> Result<(), i32> {
-    let deadline = timeout.map(|t| Instant::now() + t);
+    // Reckoned from the first time the socket is full: no clock read for
+    // a write that goes at once.
+    let mut deadline = None;
     while !send_until_full(fd, &mut slices)? {
+        let deadline = *deadline.get_or_insert_with(|| timeout.map(|t| Instant::now() + t));
         wait_writable(fd, deadline)?;
     }
     Ok(())

@@ -251,7 +251,10 @@ fn finish(exit: Exit, mut pool: Pool, accepted: u64) -> Result<i32, (i32, String
     // shutdown_plugin is only safe once no thread is inside the plugin.
     if left == 0 {
         pool.shutdown_plugin();
-        let served = completed + pool.stats().inline_served.load(Ordering::Relaxed);
+        let stats = pool.stats();
+        let served = completed
+            + stats.inline_served.load(Ordering::Relaxed)
+            + stats.loop_calls.load(Ordering::Relaxed);
         crate::log::info(format_args!(
             "drained: {accepted} connection(s) accepted, {served} request(s) served"
         ));

@@ -529,8 +529,7 @@ fn duration_ns(d: Duration) -> u64 {
     d.as_nanos().min(u64::MAX as u128) as u64
 }
 
-/// Call the plugin for `job` on a thread that may wait for the socket
-/// (a handler thread, or the loop's leader without the loop), and count it.
+/// Call the plugin for `job` on a handler thread, and count it.
 fn serve_counted(shared: &Shared, job: &Job, bufs: &mut CallBuffers) -> Outcome {
     let started = Instant::now();
     let outcome = serve(

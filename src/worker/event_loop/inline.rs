@@ -4,7 +4,6 @@
 //! while the loop is the only thread at work.
 
 use std::os::fd::AsRawFd;
-use std::time::Instant;
 
 use mio::{Interest, Token};
 
@@ -52,7 +51,7 @@ impl EventLoop {
         self.calls_on_loop()
             && self.in_flight == 0
             && !self.idle_spin.is_zero()
-            && self.last_event.elapsed() < self.idle_spin
+            && self.now.saturating_duration_since(self.last_event) < self.idle_spin
     }
 
     /// An inline call answered. True when the connection is ready for its
@@ -74,7 +73,7 @@ impl EventLoop {
         conn.phase = Phase::Flushing {
             keep_alive: outcome.keep_alive,
         };
-        conn.deadline = self.timeouts.idle.map(|t| Instant::now() + t);
+        conn.deadline = self.timeouts.idle.map(|t| self.now + t);
         let registered = self.poll.registry().reregister(
             &mut conn.stream,
             Token(key),

@@ -62,12 +62,20 @@ impl EventLoop {
             return false;
         }
         if let Some(at) = calls.resume_at {
-            if Instant::now() < at {
+            if self.now < at {
                 return false;
             }
             calls.resume_at = None;
         }
         true
+    }
+
+    /// Calls in flight on handler threads.
+    pub(super) fn pool_in_flight(&self) -> usize {
+        match &self.loop_calls {
+            Some(calls) => self.in_flight - calls.batch.len() - calls.finishing,
+            None => self.in_flight,
+        }
     }
 
     pub(super) fn queue_loop_call(&mut self, job: Job) {

@@ -17,9 +17,11 @@ use std::sync::atomic::{AtomicI32, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
+use crate::worker::exchange::Sink;
+
 use super::{
-    CallBuffers, Completion, Job, Queue, Shared, announce, duration_ns, handler_loop, lock,
-    serve_counted, start_calling_thread,
+    CallBuffers, Completion, Job, Queue, Shared, announce, duration_ns, handler_loop, lock, serve,
+    start_calling_thread,
 };
 /// How often the watcher looks. A call it sees on two ticks in a row has
 /// run at least one tick, and is taken over within two. Debug builds make
@@ -311,7 +313,16 @@ impl LoopCaller {
         if shared.watch.state.load(Ordering::SeqCst) == NOT_NEEDED {
             want_watcher(shared);
         }
-        let outcome = serve_counted(shared, &job, bufs);
+        // Not timed, nor counted in `completed`: the adaptive controller
+        // sizes the pool from the pool's own calls.
+        let outcome = serve(
+            shared,
+            &job,
+            bufs.index,
+            &mut bufs.headers,
+            &mut bufs.scratch,
+            Sink::Wait(shared.write_timeout),
+        );
         shared.stats.loop_calls.fetch_add(1, Ordering::Relaxed);
         done.push(Completion { job, outcome });
         shared.watch.end_call(begun)
