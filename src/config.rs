@@ -58,8 +58,8 @@ pub struct Cli {
     pub no_inline: bool,
 
     /// Microseconds the event loop keeps polling, instead of sleeping, after
-    /// its last event while it answers requests itself (inline calls) and no
-    /// handler thread is busy; 0 turns it off.
+    /// its last event while it answers requests itself (inline or loop
+    /// calls) and no handler thread is busy; 0 turns it off.
     #[arg(long, env = "M0_IDLE_SPIN_US", default_value_t = 50, value_parser = clap::value_parser!(u32).range(0..=10_000))]
     pub idle_spin_us: u32,
 

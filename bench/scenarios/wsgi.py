@@ -14,6 +14,10 @@ CPU 1, 8 and 64 connections. All eleven configurations alternate in one run.
   (CPU 1): read the server CPU and wrk CPU columns. bjoern has no workers and
   two bjoern processes cannot share one port without SO_REUSEPORT support:
   n/a at two processes.
+* m0serve makes loop calls in both (one CPU per worker: the thread leading
+  the event loop calls the app itself, as bjoern's only thread does; its
+  start line in bench/out/m0serve-N/server.log says so, and its closing
+  line counts loop calls and hand-offs).
 Anchor: granian (default settings) at one process.
 """
 

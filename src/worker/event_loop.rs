@@ -41,7 +41,7 @@ use crate::signals::SignalPipe;
 
 mod inline;
 mod loop_calls;
-use inline::InlineCalls;
+use inline::{InlineCalls, SpinGate};
 use loop_calls::LoopCalls;
 
 pub const LISTENER: Token = Token(usize::MAX - 1);
@@ -89,6 +89,7 @@ pub struct EventLoop {
     /// when the last event came (see `spin_instead_of_blocking`).
     idle_spin: Duration,
     last_event: Instant,
+    spin_gate: SpinGate,
     /// Read once after each wait: the time deadlines are reckoned from
     /// (they are checked every 250 ms; a clock read per request cost 3% of
     /// the WSGI hello's CPU).
@@ -160,6 +161,7 @@ impl EventLoop {
             completions: Vec::with_capacity(64),
             idle_spin: Duration::from_micros(u64::from(cli.idle_spin_us)),
             last_event: Instant::now(),
+            spin_gate: SpinGate::default(),
             now: Instant::now(),
             accepted: 0,
         })

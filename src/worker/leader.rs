@@ -9,9 +9,9 @@
 //! up every other connection. So the loop lives in a mutex, and the thread
 //! that holds it leads: it runs passes, and between passes it lets go of the
 //! loop and makes the calls the pass queued. A handler thread watches those
-//! calls (`pool/watch.rs`); when one is still running a tick later, it
-//! claims the call word and leads the loop from then on, and the old leader
-//! hands what it has left to the pool when its call returns. The loop starts on a thread
+//! calls (`pool/watch.rs`); when one blocks for a tick (or computes for
+//! four), it claims the call word and leads the loop from then on, and the
+//! old leader hands what it has left to the pool when its call returns. The loop starts on a thread
 //! of its own (`m0-loop`), which becomes an ordinary handler thread once it
 //! has lost the loop; the worker's main thread only waits for the end.
 
@@ -73,7 +73,7 @@ impl Leader {
                 ))));
             }
         };
-        if let Some(result) = self.lead(&mut bufs, false) {
+        if let Some(result) = self.lead(&mut bufs, None) {
             self.end(result);
         }
         self.caller.serve_as_handler(bufs);
@@ -85,12 +85,17 @@ impl Leader {
     }
     /// Lead the loop on this thread. `Some` when it ended here; `None` when
     /// another thread took it over.
-    fn lead(&self, bufs: &mut CallBuffers, took_over: bool) -> Option<io::Result<Exit>> {
+    /// `took_over` says why, when this thread takes the loop from a call.
+    fn lead(
+        &self,
+        bufs: &mut CallBuffers,
+        took_over: Option<&'static str>,
+    ) -> Option<io::Result<Exit>> {
         let mut batch: Vec<Job> = Vec::with_capacity(64);
         let mut done: Vec<Completion> = Vec::with_capacity(64);
         let mut guard = lock(&self.event_loop);
-        if took_over {
-            guard.as_mut()?.handed_over();
+        if let Some(why) = took_over {
+            guard.as_mut()?.handed_over(why);
         }
         loop {
             let event_loop = guard.as_mut()?;
@@ -141,12 +146,12 @@ impl Leader {
 }
 
 impl TakeOver for Leader {
-    fn take_over(&self, call: u64, bufs: &mut CallBuffers) {
+    fn take_over(&self, call: u64, bufs: &mut CallBuffers, why: &'static str) {
         if !self.caller.claim(call) {
             return;
         }
         self.caller.enter_leading();
-        let ended = self.lead(bufs, true);
+        let ended = self.lead(bufs, Some(why));
         self.caller.leave_leading();
         if let Some(result) = ended {
             self.end(result);

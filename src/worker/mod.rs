@@ -11,6 +11,7 @@ pub mod event_loop;
 pub mod exchange;
 pub mod leader;
 pub mod pool;
+pub mod schedstat;
 pub mod sizing;
 
 use std::ffi::CString;

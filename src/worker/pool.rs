@@ -325,6 +325,17 @@ impl Pool {
         self.shared.loop_parked.store(false, Ordering::SeqCst);
     }
 
+    /// After a hand-off: start a handler thread only if none is left. A
+    /// thread's start hook may take a process-wide lock (the WSGI plugin's
+    /// takes the GIL), which the new leader's next call then waits for:
+    /// starting one per hand-off made hand-offs beget hand-offs.
+    pub fn keep_one_handler(&mut self) {
+        let none_left = lock(&self.shared.queue).live == 0;
+        if none_left {
+            self.spawn_missing();
+        }
+    }
+
     /// Join `thread` with the handler threads when the pool stops (the
     /// thread that led the loop first, which ends as a handler thread).
     pub fn adopt_thread(&mut self, thread: JoinHandle<()>) {

@@ -130,13 +130,10 @@ pub fn loop_calls(
             "{usable_cpus} usable CPUs for {workers} worker(s): the loop and the handler threads run side by side"
         ));
     }
-    let tick = crate::worker::pool::WATCH_TICK.as_millis();
     (
         true,
         format!(
-            "{usable_cpus} usable CPU(s) for {workers} worker(s): the thread leading the loop calls the plugin while no handler thread is busy, and a handler thread takes the loop over from a call that runs {}-{} ms",
-            tick,
-            2 * tick
+            "{usable_cpus} usable CPU(s) for {workers} worker(s): the thread leading the loop calls the plugin while no handler thread is busy, and a handler thread takes the loop over from a call that blocks for 2 ms or computes for 8 ms"
         ),
     )
 }

@@ -113,17 +113,16 @@ impl EventLoop {
     }
 
     /// A handler thread took the loop over from a long call: send calls to
-    /// the pool for a while, and replace the thread that now leads.
-    pub fn handed_over(&mut self) {
+    /// the pool for a while.
+    pub fn handed_over(&mut self, why: &str) {
         if let Some(calls) = &mut self.loop_calls {
             crate::log::info(format_args!(
-                "a call ran longer than {} ms: a handler thread leads the loop now, and calls go to the pool for {} ms",
-                crate::worker::pool::WATCH_TICK.as_millis(),
+                "a call {why}: a handler thread leads the loop now, and calls go to the pool for {} ms",
                 calls.backoff.as_millis()
             ));
             calls.resume_at = Some(Instant::now() + calls.backoff);
             calls.backoff = (calls.backoff * 2).min(BACKOFF_MAX);
         }
-        self.pool.spawn_missing();
+        self.pool.keep_one_handler();
     }
 }

@@ -5,19 +5,19 @@
 //! A thread that runs the event loop may call a plugin that can block. It
 //! lets go of the loop for the call, and one idle handler thread (the
 //! watcher) wakes every `WATCH_TICK`: when it finds the same call still
-//! running on two ticks in a row, it takes the loop over, so no call holds
-//! up the other connections for more than two ticks. Like Go's runtime
+//! running on two ticks in a row and the leader asleep in it, it takes the
+//! loop over, so no call that blocks holds up the other connections for
+//! more than two ticks (one that computes, for more than five). Like Go's runtime
 //! retaking a processor from a thread stuck in a system call, the common
 //! case costs one atomic store before and one compare-and-swap after each
 //! call, and the watcher's timer while calls happen.
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicI32, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use crate::worker::exchange::Sink;
+use crate::worker::schedstat::{Clock, ThreadClock};
 
 use super::{
     CallBuffers, Completion, Job, Queue, Shared, announce, duration_ns, handler_loop, lock, serve,
@@ -28,6 +28,11 @@ use super::{
 /// a first call on a thread take a few milliseconds, and a hand-off sends
 /// calls to the pool for a while, so not much shorter than this.
 pub const WATCH_TICK: Duration = Duration::from_millis(2);
+/// Ticks a call must be seen computing before it is taken over. The guest
+/// cannot tell a call that computes from one whose virtual CPU the host has
+/// stopped (both "run"), and host stops of a few milliseconds are common
+/// in a VM; a call that blocks is taken over after one tick.
+const COMPUTING_TICKS: u32 = 4;
 /// Ticks without a new call after which the watcher stops waking.
 const QUIET_TICKS: u32 = 100;
 
@@ -45,7 +50,8 @@ const CLAIMED: u8 = 2;
 pub trait TakeOver: Send + Sync {
     /// Lead the loop if `call` is still the one running; return when this
     /// thread lets the loop go in turn (or the loop has ended).
-    fn take_over(&self, call: u64, bufs: &mut CallBuffers);
+    /// `why` says what the call was doing, for the log.
+    fn take_over(&self, call: u64, bufs: &mut CallBuffers, why: &'static str);
 }
 
 #[derive(Default)]
@@ -100,7 +106,9 @@ pub(super) struct Watcher {
     seen: u64,
     /// The leader's CPU accounting when `seen` was first seen.
     seen_clock: Option<Clock>,
-    clock: LeaderClock,
+    /// Ticks the `seen` call has been found computing.
+    computing: u32,
+    clock: ThreadClock,
     quiet: u32,
 }
 
@@ -111,7 +119,8 @@ impl Watcher {
             late_before: false,
             seen: u64::MAX,
             seen_clock: None,
-            clock: LeaderClock { file: None },
+            computing: 0,
+            clock: ThreadClock::default(),
             quiet: 0,
         }
     }
@@ -175,13 +184,26 @@ impl Watcher {
         } else {
             None
         };
-        if word & 3 == CALLING
-            && word == self.seen
-            && trusted
-            && !waiting_for_a_cpu(self.seen_clock, clock)
-        {
-            // The same call on two ticks: lead the loop, and let another
-            // idle thread watch our calls meanwhile.
+        if word != self.seen {
+            self.computing = 0;
+        }
+        let why = if word & 3 == CALLING && word == self.seen && trusted {
+            match what_the_leader_did(self.seen_clock, clock) {
+                Leader::Blocked => Some("blocked for more than one 2 ms tick"),
+                Leader::Computing => {
+                    self.computing += 1;
+                    (self.computing >= COMPUTING_TICKS)
+                        .then_some("computed for more than four 2 ms ticks")
+                }
+                // Another process has its CPU: a new leader would wait
+                // for one as well.
+                Leader::WaitingForACpu => None,
+            }
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            // Lead the loop, and let another idle thread watch our calls.
             let Some(leader) = watch.take_over.get().and_then(Weak::upgrade) else {
                 return q;
             };
@@ -189,7 +211,7 @@ impl Watcher {
             self.claimed = false;
             self.seen = u64::MAX;
             want_watcher(shared);
-            leader.take_over(word, bufs);
+            leader.take_over(word, bufs, why);
             return lock(&shared.queue);
         }
         if word == self.seen {
@@ -210,56 +232,31 @@ impl Watcher {
     }
 }
 
-/// A thread's CPU accounting from the scheduler: nanoseconds on a CPU, and
-/// runnable but waiting for one.
-#[derive(Clone, Copy)]
-struct Clock {
-    ran: u64,
-    waited: u64,
+/// What the leader did between two readings of its clock.
+#[derive(Debug, PartialEq, Eq)]
+enum Leader {
+    /// Neither ran nor waited for a CPU most of the time: asleep in the
+    /// call (I/O, a lock, `time.sleep`). Also the verdict without schedstat
+    /// (an older kernel), so every long call is still taken over.
+    Blocked,
+    Computing,
+    /// Runnable but off the CPU most of the time: another process has it
+    /// (with two workers, one shares a CPU with whatever else runs there).
+    WaitingForACpu,
 }
 
-/// Reads the leader's `/proc/self/task/TID/schedstat`, keeping the file
-/// open while the same thread leads (one `pread` per tick).
-struct LeaderClock {
-    file: Option<(i32, File)>,
-}
-
-impl LeaderClock {
-    fn read(&mut self, tid: i32) -> Option<Clock> {
-        if tid == 0 {
-            return None;
-        }
-        if self.file.as_ref().is_none_or(|(t, _)| *t != tid) {
-            self.file = File::open(format!("/proc/self/task/{tid}/schedstat"))
-                .ok()
-                .map(|f| (tid, f));
-        }
-        let (_, file) = self.file.as_ref()?;
-        let mut buf = [0u8; 96];
-        let n = file.read_at(&mut buf, 0).ok()?;
-        let text = std::str::from_utf8(&buf[..n]).ok()?;
-        let mut fields = text.split_ascii_whitespace().map(|f| f.parse::<u64>().ok());
-        Some(Clock {
-            ran: fields.next()??,
-            waited: fields.next()??,
-        })
-    }
-}
-
-/// Whether the leader spent the time between two readings mostly waiting
-/// for a CPU: another process has it (with two workers, one shares a CPU
-/// with whatever else runs there). A new leader would wait for a CPU as
-/// well, so the loop stays where it is. A call that blocks (neither runs
-/// nor waits) or computes (runs) is taken over. Without schedstat
-/// (an older kernel), every long call is taken over.
-fn waiting_for_a_cpu(before: Option<Clock>, now: Option<Clock>) -> bool {
-    match (before, now) {
-        (Some(b), Some(n)) => {
-            let ran = n.ran.saturating_sub(b.ran);
-            let waited = n.waited.saturating_sub(b.waited);
-            waited > ran && waited >= duration_ns(WATCH_TICK) / 2
-        }
-        _ => false,
+fn what_the_leader_did(before: Option<Clock>, now: Option<Clock>) -> Leader {
+    let (Some(b), Some(n)) = (before, now) else {
+        return Leader::Blocked;
+    };
+    let ran = n.ran.saturating_sub(b.ran);
+    let waited = n.waited.saturating_sub(b.waited);
+    if ran + waited < duration_ns(WATCH_TICK) / 4 {
+        Leader::Blocked
+    } else if waited > ran {
+        Leader::WaitingForACpu
+    } else {
+        Leader::Computing
     }
 }
 
@@ -362,8 +359,9 @@ impl LoopCaller {
         announce(&self.shared);
     }
 
-    /// A handler thread leads the loop: not counted as a handler meanwhile,
-    /// so the pool starts a replacement at the loop's next resize check.
+    /// A handler thread leads the loop: not counted as a handler meanwhile.
+    /// The old leader takes its place when its call returns; no thread is
+    /// started for it (see `Pool::keep_one_handler`).
     pub fn enter_leading(&self) {
         lock(&self.shared.queue).live -= 1;
     }
@@ -394,35 +392,23 @@ mod tests {
     }
 
     #[test]
-    fn a_leader_kept_off_its_cpu_is_left_alone_and_one_blocked_or_computing_is_not() {
+    fn the_leaders_clock_tells_blocked_from_computing_from_kept_off_its_cpu() {
         let tick = duration_ns(WATCH_TICK);
         let at = |ran, waited| Some(Clock { ran, waited });
         let before = at(1_000, 1_000);
-        // Runnable for the whole tick, another process on the CPU.
-        assert!(waiting_for_a_cpu(
-            before,
-            at(1_000 + tick / 10, 1_000 + tick)
-        ));
-        // Blocked: neither ran nor waited.
-        assert!(!waiting_for_a_cpu(before, at(1_000, 1_000)));
-        // Computing.
-        assert!(!waiting_for_a_cpu(
-            before,
-            at(1_000 + tick, 1_000 + tick / 10)
-        ));
-        // No schedstat: a long call is taken over.
-        assert!(!waiting_for_a_cpu(None, at(0, tick)));
-    }
-
-    #[test]
-    fn the_leaders_clock_is_read_from_the_scheduler() {
-        let tid = nix::unistd::gettid().as_raw();
-        let mut clock = LeaderClock { file: None };
-        let first = clock.read(tid).expect("schedstat of this thread");
-        let spin = Instant::now();
-        while spin.elapsed() < Duration::from_millis(20) {}
-        let later = clock.read(tid).unwrap();
-        assert!(later.ran > first.ran);
+        assert_eq!(
+            what_the_leader_did(before, at(1_000, 1_000)),
+            Leader::Blocked
+        );
+        assert_eq!(
+            what_the_leader_did(before, at(1_000 + tick, 1_000 + tick / 10)),
+            Leader::Computing
+        );
+        assert_eq!(
+            what_the_leader_did(before, at(1_000 + tick / 10, 1_000 + tick)),
+            Leader::WaitingForACpu
+        );
+        assert_eq!(what_the_leader_did(None, at(0, tick)), Leader::Blocked);
     }
 
     #[test]

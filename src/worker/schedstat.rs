@@ -1,0 +1,62 @@
+//! A thread's CPU accounting from the kernel's scheduler
+//! (`/proc/self/task/TID/schedstat`): time on a CPU, and time runnable but
+//! waiting for one. The loop calls' watcher reads the leader's to tell a
+//! call that blocks from one kept off its CPU; the idle spin reads its own
+//! to stop spinning on a CPU that others need.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+
+/// Nanoseconds since the thread started.
+#[derive(Clone, Copy, Debug)]
+pub struct Clock {
+    pub ran: u64,
+    pub waited: u64,
+}
+
+/// Keeps the file of the thread last read open (one `pread` per reading).
+#[derive(Default)]
+pub struct ThreadClock {
+    file: Option<(i32, File)>,
+}
+
+impl ThreadClock {
+    /// The clock of thread `tid` of this process; `None` without schedstat
+    /// (a kernel built without it) or once the thread has gone.
+    pub fn read(&mut self, tid: i32) -> Option<Clock> {
+        if tid == 0 {
+            return None;
+        }
+        if self.file.as_ref().is_none_or(|(t, _)| *t != tid) {
+            self.file = File::open(format!("/proc/self/task/{tid}/schedstat"))
+                .ok()
+                .map(|f| (tid, f));
+        }
+        let (_, file) = self.file.as_ref()?;
+        let mut buf = [0u8; 96];
+        let n = file.read_at(&mut buf, 0).ok()?;
+        let text = std::str::from_utf8(&buf[..n]).ok()?;
+        let mut fields = text.split_ascii_whitespace().map(|f| f.parse::<u64>().ok());
+        Some(Clock {
+            ran: fields.next()??,
+            waited: fields.next()??,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_thread_that_computes_is_seen_to_run() {
+        let tid = nix::unistd::gettid().as_raw();
+        let mut clock = ThreadClock::default();
+        let first = clock.read(tid).expect("schedstat of this thread");
+        let spin = Instant::now();
+        while spin.elapsed() < Duration::from_millis(20) {}
+        let later = clock.read(tid).unwrap();
+        assert!(later.ran >= first.ran + 10_000_000, "{first:?} {later:?}");
+    }
+}
