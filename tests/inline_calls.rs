@@ -6,9 +6,19 @@
 mod support;
 
 use std::io::{Read, Write};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use support::{Client, Server, hello_c};
+
+/// One test at a time: the idle spin turns itself off while the loop's
+/// thread waits for its CPU, which the other tests' servers would make it
+/// do on a small machine.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// SIGTERM, then the worker's closing count lines.
 fn stop_and_read_counts(mut s: Server) -> String {
@@ -23,6 +33,7 @@ fn stop_and_read_counts(mut s: Server) -> String {
 
 #[test]
 fn declared_inline_routes_are_answered_on_the_loop_and_blocking_ones_deferred() {
+    let _serial = serial();
     let s = hello_c(&[]);
     assert!(
         s.wait_for_log("inline calls on", Duration::from_secs(10)),
@@ -48,6 +59,7 @@ fn declared_inline_routes_are_answered_on_the_loop_and_blocking_ones_deferred() 
 
 #[test]
 fn no_inline_sends_every_call_through_the_pool() {
+    let _serial = serial();
     let s = hello_c(&["--no-inline"]);
     assert!(
         s.wait_for_log(
@@ -72,6 +84,7 @@ fn no_inline_sends_every_call_through_the_pool() {
 
 #[test]
 fn a_client_that_does_not_read_its_inline_response_holds_up_no_one() {
+    let _serial = serial();
     let s = hello_c(&["--max-body", "64m"]);
     // 32 MiB echoed: more than loopback socket buffers hold, so most of the
     // response waits in the loop's spill buffer for the client to read.
@@ -134,6 +147,7 @@ fn a_client_that_does_not_read_its_inline_response_holds_up_no_one() {
 
 #[test]
 fn hundreds_of_pipelined_requests_are_answered_in_order_across_deferrals() {
+    let _serial = serial();
     let s = hello_c(&[]);
     let mut c = Client::connect(s.addr);
     let mut wire = Vec::new();
@@ -184,6 +198,7 @@ fn sleeps_over_requests(spin_us: &str, requests: usize) -> u64 {
 
 #[test]
 fn the_loop_polls_through_short_gaps_instead_of_sleeping_between_requests() {
+    let _serial = serial();
     // A window far longer than the client's turnaround, so the spinning
     // loop never has to sleep while the client keeps sending.
     let spinning = sleeps_over_requests("5000", 2000);

@@ -83,9 +83,10 @@ impl Leader {
         *lock(&self.ended) = Some(result);
         self.ended_signal.notify_all();
     }
+
     /// Lead the loop on this thread. `Some` when it ended here; `None` when
-    /// another thread took it over.
-    /// `took_over` says why, when this thread takes the loop from a call.
+    /// another thread took it over. `took_over` says why, when this thread
+    /// takes the loop from a call.
     fn lead(
         &self,
         bufs: &mut CallBuffers,

@@ -165,9 +165,30 @@ impl SpinGate {
             && last_tid == tid
         {
             let elapsed = now.saturating_duration_since(at).as_nanos() as u64;
-            let waited = clock.waited.saturating_sub(last.waited);
-            self.open = waited.saturating_mul(10) < elapsed;
+            self.open = !shares_its_cpu(clock.waited.saturating_sub(last.waited), elapsed);
         }
         self.last = Some((tid, clock, now));
+    }
+}
+
+/// Whether a thread that waited `waited` ns for its CPU over `elapsed` ns
+/// shares that CPU with others who want it.
+fn shares_its_cpu(waited: u64, elapsed: u64) -> bool {
+    waited.saturating_mul(10) >= elapsed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shares_its_cpu;
+
+    #[test]
+    fn a_loop_that_waits_a_tenth_of_the_time_for_its_cpu_stops_spinning() {
+        let ms = 1_000_000;
+        // One worker pinned to a CPU of its own under load: 2.4 ms per 100.
+        assert!(!shares_its_cpu(2_400_000, 100 * ms));
+        // Two workers beside the client on two CPUs: 42-47 ms per 100.
+        assert!(shares_its_cpu(45 * ms, 100 * ms));
+        assert!(shares_its_cpu(10 * ms, 100 * ms));
+        assert!(!shares_its_cpu(9 * ms, 100 * ms));
     }
 }
