@@ -205,79 +205,77 @@ impl EventLoop {
         events: &mut Events,
         completions: &mut Vec<Completion>,
     ) -> io::Result<Option<Exit>> {
-        {
-            if super::fatal_stop_requested() {
-                return Ok(Some(Exit::Immediate));
+        if super::fatal_stop_requested() {
+            return Ok(Some(Exit::Immediate));
+        }
+        if let Some(deadline) = self.drain_deadline {
+            let handed_over = self.share.as_ref().map_or(0, AcceptShare::own_pending);
+            if self.conns.is_empty() && self.in_flight == 0 && handed_over == 0 {
+                return Ok(Some(Exit::Drained));
             }
-            if let Some(deadline) = self.drain_deadline {
-                let handed_over = self.share.as_ref().map_or(0, AcceptShare::own_pending);
-                if self.conns.is_empty() && self.in_flight == 0 && handed_over == 0 {
-                    return Ok(Some(Exit::Drained));
-                }
-                if Instant::now() >= deadline {
-                    return Ok(Some(Exit::DeadlinePassed(self.in_flight)));
-                }
+            if Instant::now() >= deadline {
+                return Ok(Some(Exit::DeadlinePassed(self.in_flight)));
             }
-            let mut timeout = self.poll_timeout();
-            if self.spin_instead_of_blocking() {
-                timeout = Some(Duration::ZERO);
-            }
-            let may_block = timeout != Some(Duration::ZERO);
-            let parked = may_block && self.pool.park_loop();
-            let timeout = if may_block && !parked {
-                Some(Duration::ZERO)
-            } else {
-                timeout
-            };
-            if let Some(share) = &self.share {
-                share.publish_active(self.conns.len());
-                share.mark_pass(0);
-            }
-            let polled = self.poll.poll(events, timeout);
-            self.pool.unpark_loop();
-            if let Some(share) = &self.share {
-                share.mark_pass(crate::plugin::host::monotonic_ns());
-            }
-            self.now = Instant::now();
-            match polled {
-                Ok(()) if !events.is_empty() => self.last_event = self.now,
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(None),
-                Err(e) => return Err(e),
-            }
-            let mut listener_ready = false;
-            let mut channel_ready = false;
-            for event in events.iter() {
-                match event.token() {
-                    LISTENER => listener_ready = true,
-                    CHANNEL => channel_ready = true,
-                    WAKER => {}
-                    SIGNALS => {
-                        if self.on_signals() {
-                            return Ok(Some(Exit::Immediate));
-                        }
+        }
+        let mut timeout = self.poll_timeout();
+        if self.spin_instead_of_blocking() {
+            timeout = Some(Duration::ZERO);
+        }
+        let may_block = timeout != Some(Duration::ZERO);
+        let parked = may_block && self.pool.park_loop();
+        let timeout = if may_block && !parked {
+            Some(Duration::ZERO)
+        } else {
+            timeout
+        };
+        if let Some(share) = &self.share {
+            share.publish_active(self.conns.len());
+            share.mark_pass(0);
+        }
+        let polled = self.poll.poll(events, timeout);
+        self.pool.unpark_loop();
+        if let Some(share) = &self.share {
+            share.mark_pass(crate::plugin::host::monotonic_ns());
+        }
+        self.now = Instant::now();
+        match polled {
+            Ok(()) if !events.is_empty() => self.last_event = self.now,
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(None),
+            Err(e) => return Err(e),
+        }
+        let mut listener_ready = false;
+        let mut channel_ready = false;
+        for event in events.iter() {
+            match event.token() {
+                LISTENER => listener_ready = true,
+                CHANNEL => channel_ready = true,
+                WAKER => {}
+                SIGNALS => {
+                    if self.on_signals() {
+                        return Ok(Some(Exit::Immediate));
                     }
-                    Token(key) => self.on_socket_event(key),
                 }
+                Token(key) => self.on_socket_event(key),
             }
-            self.pool.drain_completions(completions);
-            for done in completions.drain(..) {
-                self.on_completion(done);
-            }
-            // New connections after the events of those already held.
-            if channel_ready || self.channel_owed {
-                self.receive_batch();
-            }
-            if listener_ready || self.accept_owed {
-                self.accept_batch();
-            }
-            let now = self.now;
-            if self.pool_in_flight() > 0 {
-                self.controller.tick(&mut self.pool, now);
-            }
-            if now >= self.next_sweep {
-                self.sweep_timeouts();
-            }
+        }
+        self.pool.drain_completions(completions);
+        for done in completions.drain(..) {
+            self.on_completion(done);
+        }
+        // New connections after the events of those already held.
+        if channel_ready || self.channel_owed {
+            self.receive_batch();
+        }
+        if listener_ready || self.accept_owed {
+            self.accept_batch();
+        }
+        let now = self.now;
+        if self.pool_in_flight() > 0 {
+            self.controller.tick(&mut self.pool, now);
+        }
+        if now >= self.next_sweep {
+            self.sweep_timeouts();
         }
         Ok(None)
     }
