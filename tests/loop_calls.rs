@@ -8,22 +8,12 @@ mod wsgi_http;
 
 use std::time::Duration;
 
-use wsgi_http::support::{self, Client, Server, command, repo_root};
+use wsgi_http::support::{self, Client, Server};
 
 fn one_cpu_server(extra: &[&str]) -> Server {
-    let plugin = wsgi_http::plugin();
-    let apps = repo_root().join("tests/apps");
-    let mut args = vec![
-        "--plugin",
-        plugin.to_str().unwrap(),
-        "--app-dir",
-        apps.to_str().unwrap(),
-        "--workers",
-        "1",
-    ];
+    let mut args = vec!["--workers", "1"];
     args.extend_from_slice(extra);
-    args.push("pool_app:application");
-    let mut cmd = command(&args);
+    let mut cmd = wsgi_http::pool_app_command(&args);
     support::pin_to_one_cpu(&mut cmd);
     Server::start_cmd(cmd)
 }

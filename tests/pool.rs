@@ -9,25 +9,15 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use wsgi_http::support::{self, Server, command, repo_root};
+use wsgi_http::support::{self, Server};
 
 /// These tests measure time: keep them from running beside each other.
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn pool_server(threads: &str) -> Server {
-    let plugin = wsgi_http::plugin();
-    let apps = repo_root().join("tests/apps");
-    let mut args = vec![
-        "--plugin",
-        plugin.to_str().unwrap(),
-        "--app-dir",
-        apps.to_str().unwrap(),
-    ];
-    if threads != "adaptive" {
-        args.extend(["--blocking-threads", threads]);
-    }
-    args.push("pool_app:application");
-    Server::start_cmd(command(&args))
+    let fixed = ["--blocking-threads", threads];
+    let extra: &[&str] = if threads == "adaptive" { &[] } else { &fixed };
+    Server::start_cmd(wsgi_http::pool_app_command(extra))
 }
 
 fn timed_get(addr: SocketAddr, path: &str) -> Duration {

@@ -292,6 +292,21 @@ fn profile_dir() -> PathBuf {
 }
 
 /// `tests/apps`, the `--app-dir` of every WSGI test.
+/// `m0serve --plugin wsgi --app-dir tests/apps EXTRA pool_app:application`.
+pub fn pool_app_command(extra: &[&str]) -> Command {
+    let plugin = plugin();
+    let apps = apps_dir();
+    let mut args = vec![
+        "--plugin",
+        plugin.to_str().unwrap(),
+        "--app-dir",
+        apps.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    args.push("pool_app:application");
+    support::command(&args)
+}
+
 pub fn apps_dir() -> PathBuf {
     repo().join("tests/apps")
 }

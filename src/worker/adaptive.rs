@@ -341,6 +341,11 @@ impl Controller {
             } else {
                 let what = match probe.direction {
                     Direction::Up => "more threads did not help",
+                    // Say which test failed: the rate can hold while the
+                    // time in the pool grows.
+                    Direction::Down if latency > probe.baseline_latency * DOWN_LATENCY => {
+                        "fewer threads kept requests longer in the pool"
+                    }
                     Direction::Down => "fewer threads served less",
                 };
                 let why = format!(
