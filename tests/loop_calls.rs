@@ -37,18 +37,15 @@ fn stop_and_read_counts(mut s: Server) -> (u64, u64) {
         .lines()
         .find(|l| l.contains(" loop call(s), "))
         .unwrap_or_else(|| panic!("no closing counts:\n{log}"));
+    // "..., N loop call(s), M handed over"
     let count_before = |what: &str| -> u64 {
         let head = line.split(what).next().unwrap();
-        head.rsplit(' ').next().unwrap().parse().unwrap()
+        head.rsplit(' ')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no count before {what:?}: {line}"))
     };
-    let calls = count_before(" loop call(s)");
-    let handed = line
-        .split(" loop call(s), ")
-        .nth(1)
-        .and_then(|rest| rest.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("{line}"));
-    (calls, handed)
+    (count_before(" loop call(s)"), count_before(" handed over"))
 }
 
 #[test]

@@ -535,6 +535,7 @@ impl EventLoop {
             self.queue_loop_call(job);
             return false;
         }
+        // Queue wait counts from here: inline and loop calls need no clock.
         let mut job = job;
         job.queued_at = Instant::now();
         match self.pool.try_submit(job) {

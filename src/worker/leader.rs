@@ -16,10 +16,10 @@
 //! has lost the loop; the worker's main thread only waits for the end.
 
 use std::io;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 
 use super::event_loop::{EventLoop, Exit};
-use super::pool::{CallBuffers, Completion, Job, LoopCaller, TakeOver};
+use super::pool::{CallBuffers, Completion, Job, LoopCaller, TakeOver, lock};
 
 pub struct Leader {
     event_loop: Mutex<Option<EventLoop>>,
@@ -158,9 +158,4 @@ impl TakeOver for Leader {
             self.end(result);
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Plain data behind the lock stays consistent if a holder panicked.
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -222,7 +222,7 @@ impl Pool {
 
     /// Start the threads the target asks for and the pool lacks (a thread
     /// that leads the loop is not counted meanwhile).
-    pub fn spawn_missing(&mut self) {
+    fn spawn_missing(&mut self) {
         loop {
             let index = {
                 let mut q = lock(&self.shared.queue);
@@ -373,7 +373,7 @@ impl Pool {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic on another thread while holding the lock leaves plain data
     // that is still consistent (every critical section is a few field
     // updates), so keep going rather than poisoning the worker.

@@ -4,10 +4,9 @@
 //! while the loop is the only thread at work.
 
 use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
 
 use mio::{Interest, Token};
-
-use std::time::{Duration, Instant};
 
 use super::EventLoop;
 use crate::worker::connection::Phase;
