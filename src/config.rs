@@ -63,6 +63,12 @@ pub struct Cli {
     #[arg(long, env = "M0_IDLE_SPIN_US", default_value_t = 50, value_parser = clap::value_parser!(u32).range(0..=10_000))]
     pub idle_spin_us: u32,
 
+    /// The idle spin stops while the loop's thread waited for its CPU this
+    /// share of the time or more (percent, checked every 100 ms): a CPU
+    /// that others want is not idle. 100 spins whatever the contention.
+    #[arg(long, env = "M0_IDLE_SPIN_MAX_WAIT", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub idle_spin_max_wait: u32,
+
     /// Requests queued per worker before the server answers 503.
     #[arg(long, env = "M0_QUEUE_DEPTH", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
     pub queue_depth: u32,

@@ -221,6 +221,7 @@ fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
         .num("max_keepalive_requests", cli.max_keepalive_requests)
         .num("queue_depth", cli.queue_depth)
         .num("idle_spin_us", cli.idle_spin_us)
+        .num("idle_spin_max_wait_pct", cli.idle_spin_max_wait)
         .num("backlog", cli.backlog)
         .end_object();
 

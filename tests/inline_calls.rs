@@ -184,7 +184,17 @@ fn loop_thread_sleeps(pid: i32) -> u64 {
 
 /// Sequential keep-alive requests; returns how often the loop slept.
 fn sleeps_over_requests(spin_us: &str, requests: usize) -> u64 {
-    let s = hello_c(&["--idle-spin-us", spin_us, "--max-keepalive-requests", "0"]);
+    // The spin's gate (it stops while the loop's thread waits for its CPU)
+    // is held open: this test is about the spin, and on a busy box the
+    // gate would rightly close it. The gate has its own unit tests.
+    let s = hello_c(&[
+        "--idle-spin-us",
+        spin_us,
+        "--idle-spin-max-wait",
+        "100",
+        "--max-keepalive-requests",
+        "0",
+    ]);
     let pids = s.worker_pids();
     assert_eq!(pids.len(), 1);
     let mut c = Client::connect(s.addr);
@@ -199,15 +209,25 @@ fn sleeps_over_requests(spin_us: &str, requests: usize) -> u64 {
 #[test]
 fn the_loop_polls_through_short_gaps_instead_of_sleeping_between_requests() {
     let _serial = serial();
-    // A window far longer than the client's turnaround, so the spinning
-    // loop never has to sleep while the client keeps sending.
-    let spinning = sleeps_over_requests("5000", 2000);
-    let sleeping = sleeps_over_requests("0", 2000);
-    // Without it the loop sleeps before most requests (980 to 2000 of 2000
+    // The longest window allowed, far longer than the client's turnaround
+    // even when the client waits a scheduler slice for its CPU, so the
+    // spinning loop seldom has to sleep while the client keeps sending.
+    // Rounds alternate the two modes; the medians are compared.
+    let mut spinning = Vec::new();
+    let mut sleeping = Vec::new();
+    for _ in 0..3 {
+        spinning.push(sleeps_over_requests("10000", 1000));
+        sleeping.push(sleeps_over_requests("0", 1000));
+    }
+    eprintln!("loop sleeps over 1000 requests: spinning {spinning:?}, without {sleeping:?}");
+    spinning.sort_unstable();
+    sleeping.sort_unstable();
+    let (spinning, sleeping) = (spinning[1], sleeping[1]);
+    // Without it the loop sleeps before most requests (490 to 1000 of 1000
     // measured; fewer when the client's next request beats the loop to its
     // wait).
     assert!(
-        sleeping >= 400,
+        sleeping >= 200,
         "without spinning the loop sleeps between requests: {sleeping}"
     );
     assert!(

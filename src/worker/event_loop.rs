@@ -55,6 +55,9 @@ const ACCEPT_BATCH: usize = 64;
 const LINGER: Duration = Duration::from_secs(2);
 /// Timeouts are checked at this granularity.
 const SWEEP_EVERY: Duration = Duration::from_millis(250);
+/// How long a draining worker waits for the first request of a connection
+/// it accepted just before the drain (at most `--header-timeout`).
+const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(2);
 
 pub struct Timeouts {
     pub header: Option<Duration>,
@@ -161,7 +164,7 @@ impl EventLoop {
             completions: Vec::with_capacity(64),
             idle_spin: Duration::from_micros(u64::from(cli.idle_spin_us)),
             last_event: Instant::now(),
-            spin_gate: SpinGate::default(),
+            spin_gate: SpinGate::new(cli.idle_spin_max_wait),
             now: Instant::now(),
             accepted: 0,
         })
@@ -330,12 +333,28 @@ impl EventLoop {
             let _ = self.poll.registry().deregister(&mut listener);
         }
         self.accept_owed = false;
-        let idle: Vec<usize> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| c.is_idle())
-            .map(|(k, _)| k)
-            .collect();
+        // An idle connection that has been answered before is closed: its
+        // client retries on a new one, as it must for any keep-alive close.
+        // One accepted but not yet heard from is not idle but early (its
+        // request is usually on the wire: closing it fails a request the
+        // client cannot know to retry), so it keeps a short grace to send
+        // its head, which is then answered with `Connection: close`.
+        let grace = self
+            .timeouts
+            .header
+            .map_or(FIRST_REQUEST_GRACE, |t| t.min(FIRST_REQUEST_GRACE));
+        let by = Instant::now() + grace;
+        let mut idle = Vec::new();
+        for (key, conn) in self.conns.iter_mut() {
+            if !conn.is_idle() {
+                continue;
+            }
+            if conn.served > 0 {
+                idle.push(key);
+            } else {
+                conn.deadline = Some(conn.deadline.map_or(by, |d| d.min(by)));
+            }
+        }
         for key in idle {
             self.close(key);
         }

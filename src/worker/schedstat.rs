@@ -47,16 +47,26 @@ impl ThreadClock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::{Duration, Instant};
+    use std::time::Instant;
+
+    /// This thread's CPU time, from the clock the kernel keeps for it.
+    fn thread_cpu_ns() -> u64 {
+        let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID).unwrap();
+        t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+    }
 
     #[test]
     fn a_thread_that_computes_is_seen_to_run() {
         let tid = nix::unistd::gettid().as_raw();
         let mut clock = ThreadClock::default();
         let first = clock.read(tid).expect("schedstat of this thread");
-        let spin = Instant::now();
-        while spin.elapsed() < Duration::from_millis(20) {}
+        // Compute for 20 ms of this thread's own CPU time, however long
+        // other processes keep it off its CPU.
+        let cpu_start = thread_cpu_ns();
+        while thread_cpu_ns() < cpu_start + 20_000_000 {
+            std::hint::black_box(Instant::now());
+        }
         let later = clock.read(tid).unwrap();
-        assert!(later.ran >= first.ran + 10_000_000, "{first:?} {later:?}");
+        assert!(later.ran >= first.ran + 15_000_000, "{first:?} {later:?}");
     }
 }

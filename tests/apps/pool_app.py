@@ -3,9 +3,10 @@ by the view, so each view makes that one thing the variable.
 
 /release  hashlib over 64 KiB buffers: CPython drops the GIL for each update
 /hold     hashlib over 1 KiB buffers: under HASHLIB_GIL_MINSIZE, the GIL stays
+          (both answer "ITERATIONS START_NS END_NS RUNNABLE_NS")
 /block-release  usleep(200 ms) through ctypes.CDLL: the GIL is dropped
 /block-hold     usleep(200 ms) through ctypes.PyDLL: the GIL is kept
-/seq      a short GIL-holding view that returns the order it was entered in
+/seq      a 10 ms GIL-holding view that returns the order it was entered in
 /hash     8 x sha256 over 64 KiB: about a millisecond, the GIL released
 /sleep    time.sleep(5 ms): blocking I/O without the GIL
 /cpu      about 1 ms of pure Python
@@ -21,8 +22,15 @@ not a second variable: the same libc call, made with and without the GIL.
 import ctypes
 import hashlib
 import itertools
+import sys
 import threading
 import time
+
+# Each hand-over of a contended GIL wakes a thread that then waits for a
+# CPU, which other processes decide; a long switch interval makes those
+# waits a small share of a call, so /hold's threads are seen to sleep while
+# the other holds the GIL however busy the machine is.
+sys.setswitchinterval(0.05)
 
 BIG = b"r" * 65536
 SMALL = b"h" * 1024
@@ -46,6 +54,15 @@ def _calibrate(buf, target=0.2):
         n *= 2
 
 
+def _thread_clock():
+    """(ns on a CPU, ns runnable but waiting for one) of this thread, from
+    the kernel's schedstat: what contention from other processes cannot
+    disguise as, or hide from, waiting for the GIL."""
+    with open(f"/proc/self/task/{threading.get_native_id()}/schedstat", "rb") as f:
+        ran, waited = f.read().split()[:2]
+    return int(ran), int(waited)
+
+
 def _hash(buf, n):
     for _ in range(n):
         hashlib.sha256(buf).digest()
@@ -58,8 +75,13 @@ def application(environ, start_response):
         n = _iterations.get(path)
         if n is None:
             n = _iterations[path] = _calibrate(buf)
+        t0, clock0 = time.monotonic_ns(), _thread_clock()
         _hash(buf, n)
-        body = f"{n}\n".encode()
+        t1, clock1 = time.monotonic_ns(), _thread_clock()
+        # When the view ran, and how long its thread was runnable (on a CPU
+        # or waiting for one) meanwhile: a thread waiting for the GIL sleeps.
+        runnable = (clock1[0] - clock0[0]) + (clock1[1] - clock0[1])
+        body = f"{n} {t0} {t1} {runnable}\n".encode()
     elif path in ("/block-release", "/block-hold"):
         (_usleep_released if path == "/block-release" else _usleep_held)(200_000)
         body = b"blocked\n"
@@ -90,9 +112,12 @@ def application(environ, start_response):
         body = b"open\n"
     elif path == "/seq":
         seq = next(_order)
-        # About a millisecond of pure Python: holds the GIL.
+        # About 10 ms of pure Python, holding the GIL: long beside the time
+        # a handler thread may be kept off its CPU by other processes
+        # between taking a request and asking for the GIL, during which
+        # later requests may go first.
         total = 0
-        for i in range(20000):
+        for i in range(200000):
             total += i
         body = f"{seq}\n".encode()
     else:

@@ -127,31 +127,33 @@ impl EventLoop {
 /// loop's thread waited for its CPU 42-47% of the time, against 2.4% for
 /// one worker on a CPU of its own) a spin takes their time, and the wsgi
 /// bench's p99 doubled. So every `CHECK_EVERY` the loop reads its thread's
-/// schedstat, and spins only while it waited less than a tenth of the time.
+/// schedstat, and spins only while it waited less than `max_wait_pct` of
+/// the time (`--idle-spin-max-wait`, default a tenth).
 pub(super) struct SpinGate {
     clock: ThreadClock,
     last: Option<(i32, Clock, Instant)>,
+    max_wait_pct: u32,
     pub(super) open: bool,
 }
 
 const CHECK_EVERY: Duration = Duration::from_millis(100);
 
-impl Default for SpinGate {
-    fn default() -> SpinGate {
+impl SpinGate {
+    pub(super) fn new(max_wait_pct: u32) -> SpinGate {
         SpinGate {
             clock: ThreadClock::default(),
             last: None,
+            max_wait_pct,
             // Without schedstat the spin stays on, as before.
             open: true,
         }
     }
-}
 
-impl SpinGate {
     fn check(&mut self, now: Instant) {
-        if self
-            .last
-            .is_some_and(|(_, _, at)| now.saturating_duration_since(at) < CHECK_EVERY)
+        if self.max_wait_pct >= 100
+            || self
+                .last
+                .is_some_and(|(_, _, at)| now.saturating_duration_since(at) < CHECK_EVERY)
         {
             return;
         }
@@ -164,16 +166,18 @@ impl SpinGate {
             && last_tid == tid
         {
             let elapsed = now.saturating_duration_since(at).as_nanos() as u64;
-            self.open = !shares_its_cpu(clock.waited.saturating_sub(last.waited), elapsed);
+            let waited = clock.waited.saturating_sub(last.waited);
+            self.open = !shares_its_cpu(waited, elapsed, self.max_wait_pct);
         }
         self.last = Some((tid, clock, now));
     }
 }
 
 /// Whether a thread that waited `waited` ns for its CPU over `elapsed` ns
-/// shares that CPU with others who want it.
-fn shares_its_cpu(waited: u64, elapsed: u64) -> bool {
-    waited.saturating_mul(10) >= elapsed
+/// shares that CPU with others who want it: it waited `max_wait_pct`
+/// percent of the time or more.
+fn shares_its_cpu(waited: u64, elapsed: u64, max_wait_pct: u32) -> bool {
+    waited.saturating_mul(100) >= elapsed.saturating_mul(u64::from(max_wait_pct))
 }
 
 #[cfg(test)]
@@ -184,10 +188,21 @@ mod tests {
     fn a_loop_that_waits_a_tenth_of_the_time_for_its_cpu_stops_spinning() {
         let ms = 1_000_000;
         // One worker pinned to a CPU of its own under load: 2.4 ms per 100.
-        assert!(!shares_its_cpu(2_400_000, 100 * ms));
+        assert!(!shares_its_cpu(2_400_000, 100 * ms, 10));
         // Two workers beside the client on two CPUs: 42-47 ms per 100.
-        assert!(shares_its_cpu(45 * ms, 100 * ms));
-        assert!(shares_its_cpu(10 * ms, 100 * ms));
-        assert!(!shares_its_cpu(9 * ms, 100 * ms));
+        assert!(shares_its_cpu(45 * ms, 100 * ms, 10));
+        assert!(shares_its_cpu(10 * ms, 100 * ms, 10));
+        assert!(!shares_its_cpu(9 * ms, 100 * ms, 10));
+        // A higher bar (--idle-spin-max-wait 50) keeps spinning at 45%.
+        assert!(!shares_its_cpu(45 * ms, 100 * ms, 50));
+    }
+
+    #[test]
+    fn at_100_percent_the_gate_never_closes() {
+        let mut gate = super::SpinGate::new(100);
+        let start = std::time::Instant::now();
+        gate.check(start);
+        gate.check(start + std::time::Duration::from_secs(1));
+        assert!(gate.open && gate.last.is_none());
     }
 }
