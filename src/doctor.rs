@@ -189,7 +189,7 @@ fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
             let (on, why) = crate::worker::sizing::inline_calls(d, cli.no_inline);
             j.bool("inline_calls", on).str("inline_reason", why);
             let (on, why) =
-                crate::worker::sizing::loop_calls(d, cli.no_inline, f.usable_cpus, cli.workers);
+                crate::worker::loop_calls::decide(d, cli.no_inline, f.usable_cpus, cli.workers);
             j.bool("loop_calls", on).str("loop_calls_reason", &why);
         }
         None => {

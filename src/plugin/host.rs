@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use m0serve_abi as abi;
 
-use crate::worker::exchange::Exchange;
+use crate::plugin::exchange::Exchange;
 
 /// The table. Static: valid for the life of the process.
 pub static HOST: abi::M0Host = abi::M0Host {

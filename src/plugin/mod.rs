@@ -1,7 +1,9 @@
 //! Plugins: finding them, opening them, checking their ABI, and the host
 //! function table they call back into.
 
+pub mod call;
 pub mod descriptor;
+pub mod exchange;
 pub mod host;
 pub mod loader;
 pub mod probe;

@@ -20,10 +20,10 @@ use std::time::Instant;
 
 use mio::net::TcpStream;
 
-use super::pool::{Body, Peer};
 use crate::http::chunked::ChunkedDecoder;
 use crate::http::head::{self, BodyFraming, Limits, RequestHead};
 use crate::http::{HttpError, Span};
+use crate::plugin::call::{Body, Peer};
 
 pub enum Phase {
     /// Waiting for, or reading, a request head.
@@ -205,7 +205,7 @@ impl Conn {
         let Some(consumed) = done_at else {
             if head.expect_continue && !self.continue_sent {
                 self.continue_sent = true;
-                let _ = super::exchange::write_all(
+                let _ = crate::plugin::exchange::write_all(
                     self.stream.as_raw_fd(),
                     &mut [io::IoSlice::new(b"HTTP/1.1 100 Continue\r\n\r\n")],
                     Some(std::time::Duration::from_secs(1)),

@@ -17,7 +17,8 @@
 //! call is in flight on a handler thread: one thread then reads, calls and
 //! writes, as bjoern does, with no hand-off between threads. A call that
 //! runs long has a handler thread take the loop over (see
-//! `event_loop/loop_calls.rs` and `worker/leader.rs`).
+//! `worker/loop_calls/`; the methods at the end of this file are the
+//! loop's side of it).
 
 use std::io;
 use std::net::SocketAddr;
@@ -33,16 +34,16 @@ use slab::Slab;
 use super::accept_share::AcceptShare;
 use super::adaptive::{self, Controller};
 use super::connection::{Conn, Phase, Ready, Step};
-use super::pool::{Completion, Job, Peer, Pool};
+use super::pool::Pool;
 use crate::config::Config;
 use crate::http::head::{Limits, RequestHead};
 use crate::http::{HttpError, response};
+use crate::plugin::call::{Completion, Job, Peer};
 use crate::signals::SignalPipe;
 
 mod inline;
-mod loop_calls;
+use super::loop_calls::{LoopCaller, LoopCalls};
 use inline::{InlineCalls, SpinGate};
-use loop_calls::LoopCalls;
 
 pub const LISTENER: Token = Token(usize::MAX - 1);
 pub const WAKER: Token = Token(usize::MAX - 2);
@@ -324,7 +325,7 @@ impl EventLoop {
         if self.drain_deadline.is_some() {
             return;
         }
-        super::set_draining();
+        crate::plugin::exchange::set_draining();
         if let Some(share) = &self.share {
             share.leave();
         }
@@ -645,7 +646,7 @@ impl EventLoop {
         let mut out = Vec::with_capacity(256);
         response::simple(&mut out, http_minor, status, text, false, extra);
         let fd: RawFd = conn.stream.as_raw_fd();
-        let _ = super::exchange::write_all(
+        let _ = crate::plugin::exchange::write_all(
             fd,
             &mut [io::IoSlice::new(&out)],
             Some(Duration::from_millis(500)),
@@ -711,5 +712,80 @@ impl EventLoop {
                 Phase::Dispatched => {}
             }
         }
+    }
+}
+
+/// The loop's side of loop calls (see `worker/loop_calls/`).
+impl EventLoop {
+    /// Let the thread leading the loop call the plugin.
+    pub fn enable_loop_calls(&mut self) {
+        self.loop_calls = Some(LoopCalls::default());
+    }
+
+    pub fn loop_calls_enabled(&self) -> bool {
+        self.loop_calls.is_some()
+    }
+
+    pub fn loop_caller(&self) -> LoopCaller {
+        LoopCaller::new(self.pool.loop_side())
+    }
+
+    /// See `Pool::adopt_thread`.
+    pub fn adopt_thread(&mut self, thread: std::thread::JoinHandle<()>) {
+        self.pool.adopt_thread(thread);
+    }
+
+    /// Whether the request being dispatched may be a loop call.
+    fn may_call_on_loop(&mut self) -> bool {
+        let (in_flight, now) = (self.in_flight, self.now);
+        self.loop_calls
+            .as_mut()
+            .is_some_and(|calls| calls.may_call(in_flight, now))
+    }
+
+    /// Calls in flight on handler threads.
+    fn pool_in_flight(&self) -> usize {
+        match &self.loop_calls {
+            Some(calls) => calls.in_the_pool(self.in_flight),
+            None => self.in_flight,
+        }
+    }
+
+    fn queue_loop_call(&mut self, job: Job) {
+        if let Some(calls) = &mut self.loop_calls {
+            calls.queue(job);
+        }
+    }
+
+    /// The loop calls this pass queued, for the leading thread to make.
+    pub fn take_loop_calls(&mut self, into: &mut Vec<Job>) {
+        if let Some(calls) = &mut self.loop_calls {
+            calls.take(into);
+        }
+    }
+
+    /// The leading thread made every call it took, with no hand-off.
+    pub fn finish_loop_calls(&mut self, done: &mut Vec<Completion>) {
+        if done.is_empty() {
+            return;
+        }
+        if let Some(calls) = &mut self.loop_calls {
+            calls.finishing(done.len());
+        }
+        for completion in done.drain(..) {
+            if let Some(calls) = &mut self.loop_calls {
+                calls.finished_one();
+            }
+            self.on_completion(completion);
+        }
+    }
+
+    /// A handler thread took the loop over from a long call: send calls to
+    /// the pool for a while.
+    pub fn handed_over(&mut self, why: &str) {
+        if let Some(calls) = &mut self.loop_calls {
+            calls.handed_over(why, Instant::now());
+        }
+        self.pool.keep_one_handler();
     }
 }

@@ -8,8 +8,7 @@ pub mod accept_share;
 pub mod adaptive;
 pub mod connection;
 pub mod event_loop;
-pub mod exchange;
-pub mod leader;
+pub mod loop_calls;
 pub mod pool;
 pub mod schedstat;
 pub mod sizing;
@@ -30,18 +29,7 @@ use crate::signals::SignalPipe;
 use event_loop::{EventLoop, Exit};
 use pool::{Pool, PoolSettings};
 
-static DRAINING: AtomicBool = AtomicBool::new(false);
 static FATAL_STOP: AtomicBool = AtomicBool::new(false);
-
-/// True once this worker has begun its graceful stop: responses started
-/// after it say `Connection: close`.
-pub fn is_draining() -> bool {
-    DRAINING.load(Ordering::Relaxed)
-}
-
-fn set_draining() {
-    DRAINING.store(true, Ordering::Relaxed);
-}
 
 /// A handler thread hit an error that ends the worker.
 fn request_fatal_stop() {
@@ -163,7 +151,7 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
     let mut event_loop = EventLoop::new(poll, listener, pool, controller, share, cfg, signals)
         .map_err(|e| (1, format!("cannot start the event loop: {e}")))?;
     let (inline, inline_why) = sizing::inline_calls(&plugin.descriptor, cfg.cli.no_inline);
-    let (loop_calls, loop_calls_why) = sizing::loop_calls(
+    let (loop_calls, loop_calls_why) = loop_calls::decide(
         &plugin.descriptor,
         cfg.cli.no_inline,
         usable,
@@ -196,7 +184,7 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
         announce_ready(fd, setup.index);
     }
     let (exit, event_loop) = if event_loop.loop_calls_enabled() {
-        leader::run(event_loop)
+        loop_calls::leader::run(event_loop)
     } else {
         let mut event_loop = event_loop;
         (event_loop.run(), event_loop)

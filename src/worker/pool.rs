@@ -15,57 +15,18 @@
 //! loop answers 503.
 
 use std::collections::VecDeque;
-use std::ffi::c_void;
-use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use m0serve_abi as abi;
-
-use super::exchange::{Exchange, Outcome, Sink};
-use crate::http::Span;
-use crate::http::head::RequestHead;
+use crate::plugin::call::{
+    self, CallBuffers, Callee, Completion, Job, thread_start_hook, thread_stop_hook,
+};
+use crate::plugin::exchange::{Outcome, Sink};
 use crate::plugin::loader::Calls;
 
-mod watch;
-pub use watch::{LoopCaller, TakeOver, WATCH_TICK};
-use watch::{Watch, Watcher};
-
-/// The peer of a connection, as text once per connection.
-#[derive(Debug)]
-pub struct Peer {
-    pub ip: String,
-    pub port: u16,
-}
-
-/// Where the body of a dispatched request lives.
-#[derive(Debug)]
-pub enum Body {
-    /// In the request buffer, after the head (Content-Length bodies).
-    InBuffer(Span),
-    /// Decoded from chunked framing.
-    Decoded(Vec<u8>),
-}
-
-/// A parsed request handed to the pool. Owns its buffer; the loop gets the
-/// allocations back with the completion and reuses them.
-pub struct Job {
-    pub token: usize,
-    pub fd: RawFd,
-    pub buf: Vec<u8>,
-    pub head: RequestHead,
-    pub body: Body,
-    pub keep_alive: bool,
-    pub peer: Arc<Peer>,
-    pub queued_at: Instant,
-}
-
-pub struct Completion {
-    pub job: Job,
-    pub outcome: Outcome,
-}
+use super::loop_calls::watch::{IdleThread, Watch, Watcher};
 
 /// What the pool shares with the loop and every handler thread.
 pub struct Shared {
@@ -76,10 +37,7 @@ pub struct Shared {
     /// Set by the loop just before it blocks; a completion that finds it set
     /// pokes the waker.
     loop_parked: AtomicBool,
-    calls: Calls,
-    server_ip: String,
-    server_port: u16,
-    worker_index: u32,
+    callee: Callee,
     write_timeout: Option<Duration>,
     stats: Stats,
     watch: Watch,
@@ -118,33 +76,6 @@ pub struct Stats {
     pub handoffs: AtomicU64,
 }
 
-/// What a thread keeps for its calls into the plugin: its thread index and
-/// the buffers each call reuses.
-pub struct CallBuffers {
-    pub index: u32,
-    /// The kernel's id of the thread these belong to.
-    tid: i32,
-    headers: Vec<abi::M0Header>,
-    scratch: Vec<u8>,
-}
-
-// SAFETY: `headers` holds views into the request of the call in progress;
-// `serve` refills it before each call and nothing reads it between calls, so
-// the stale pointers it keeps meanwhile are never dereferenced, on any thread.
-unsafe impl Send for CallBuffers {}
-
-impl CallBuffers {
-    /// On the thread that will use them.
-    pub fn new(index: u32) -> CallBuffers {
-        CallBuffers {
-            index,
-            tid: nix::unistd::gettid().as_raw(),
-            headers: Vec::with_capacity(32),
-            scratch: Vec::with_capacity(1024),
-        }
-    }
-}
-
 pub struct Pool {
     shared: Arc<Shared>,
     handles: Vec<JoinHandle<()>>,
@@ -177,10 +108,12 @@ impl Pool {
             done: Mutex::new(Vec::with_capacity(64)),
             waker,
             loop_parked: AtomicBool::new(false),
-            calls: settings.calls,
-            server_ip: settings.server_ip,
-            server_port: settings.server_port,
-            worker_index: settings.worker_index,
+            callee: Callee {
+                calls: settings.calls,
+                server_ip: settings.server_ip,
+                server_port: settings.server_port,
+                worker_index: settings.worker_index,
+            },
             write_timeout: settings.write_timeout,
             stats: Stats::default(),
             watch: Watch::default(),
@@ -272,20 +205,13 @@ impl Pool {
 
     /// Undo `adopt_loop_thread` on the same thread, after its last call.
     pub fn release_loop_thread(&self, index: u32) {
-        thread_stop_hook(&self.shared.calls, index);
+        thread_stop_hook(&self.shared.callee.calls, index);
     }
 
     /// Call the plugin for `job` on the event loop. Whatever the socket does
     /// not take lands in `spilled`; a deferred job is handed back untouched.
     pub fn call_inline(&self, job: &Job, bufs: &mut CallBuffers, spilled: &mut Vec<u8>) -> Outcome {
-        let outcome = serve(
-            &self.shared,
-            job,
-            bufs.index,
-            &mut bufs.headers,
-            &mut bufs.scratch,
-            Sink::Spill(&mut *spilled),
-        );
+        let outcome = call::serve(&self.shared.callee, job, bufs, Sink::Spill(&mut *spilled));
         let stats = &self.shared.stats;
         let counter = if outcome.deferred {
             &stats.deferred
@@ -300,8 +226,10 @@ impl Pool {
     }
 
     /// For the threads that lead the loop and call the plugin themselves.
-    pub fn loop_caller(&self) -> LoopCaller {
-        LoopCaller::new(Arc::clone(&self.shared))
+    pub fn loop_side(&self) -> LoopSide {
+        LoopSide {
+            shared: Arc::clone(&self.shared),
+        }
     }
 
     /// Take finished exchanges (the loop, once per pass).
@@ -366,9 +294,9 @@ impl Pool {
     }
 
     pub fn shutdown_plugin(&self) {
-        if let Some(shutdown) = self.shared.calls.shutdown {
+        if let Some(shutdown) = self.shared.callee.calls.shutdown {
             // SAFETY: the plugin's own state pointer, after its last call.
-            unsafe { shutdown(self.shared.calls.state) };
+            unsafe { shutdown(self.shared.callee.calls.state) };
         }
     }
 }
@@ -393,34 +321,12 @@ impl Queue {
 /// thread-start hook on it (the error is the hook's code).
 fn start_calling_thread(shared: &Shared) -> Result<u32, i32> {
     let index = lock(&shared.queue).claim_index();
-    thread_start_hook(&shared.calls, index)?;
+    thread_start_hook(&shared.callee.calls, index)?;
     Ok(index)
 }
 
-/// The plugin's per-thread start hook, if it has one, on the calling thread.
-fn thread_start_hook(calls: &Calls, index: u32) -> Result<(), i32> {
-    match calls.thread_start {
-        // SAFETY: the plugin's state and its thread-start hook, on the thread
-        // that will make its calls.
-        Some(start) => match unsafe { start(calls.state, index) } {
-            abi::M0_OK => Ok(()),
-            code => Err(code),
-        },
-        None => Ok(()),
-    }
-}
-
-/// The plugin's per-thread stop hook, on the thread whose start hook ran.
-fn thread_stop_hook(calls: &Calls, index: u32) {
-    if let Some(stop) = calls.thread_stop {
-        // SAFETY: the plugin's state and its thread-stop hook, on the thread
-        // whose start hook ran, after its last call.
-        unsafe { stop(calls.state, index) };
-    }
-}
-
 fn handler_thread(shared: Arc<Shared>, index: u32) {
-    let calls = shared.calls;
+    let calls = shared.callee.calls;
     if let Err(code) = thread_start_hook(&calls, index) {
         crate::log::error(format_args!(
             "the plugin's thread_start failed on handler thread {index} (code {code}); stopping the worker"
@@ -440,9 +346,9 @@ fn handler_thread(shared: Arc<Shared>, index: u32) {
 /// Take jobs until the pool stops or has a thread too many (counted in
 /// `live` by the caller), then run the thread-stop hook.
 fn handler_loop(shared: &Arc<Shared>, mut bufs: CallBuffers) {
-    let calls = shared.calls;
+    let calls = shared.callee.calls;
     let index = bufs.index;
-    let mut watcher = Watcher::new();
+    let mut watcher = Watcher::default();
     // Completions pushed but not yet announced to the loop, and when the
     // first of them was pushed (see `announce`).
     let mut unannounced = 0usize;
@@ -463,7 +369,7 @@ fn handler_loop(shared: &Arc<Shared>, mut bufs: CallBuffers) {
                 }
                 if let Some(job) = q.jobs.pop_front() {
                     q.busy += 1;
-                    watcher.step_down(shared);
+                    watcher.step_down(&shared.watch);
                     break Some(job);
                 }
                 if q.stopping {
@@ -477,7 +383,9 @@ fn handler_loop(shared: &Arc<Shared>, mut bufs: CallBuffers) {
                     q = lock(&shared.queue);
                     continue;
                 }
-                q = watcher.idle_wait(shared, q, &mut bufs);
+                let mut idle = PoolIdle { shared, q: Some(q) };
+                watcher.idle_wait(&shared.watch, &mut idle, &mut bufs);
+                q = idle.into_guard();
             }
         };
         let Some(job) = job else { break };
@@ -510,12 +418,144 @@ fn handler_loop(shared: &Arc<Shared>, mut bufs: CallBuffers) {
     if unannounced > 0 {
         announce(shared);
     }
-    if watcher.step_down(shared) {
+    if watcher.step_down(&shared.watch) {
         shared.work_ready.notify_one();
     }
     thread_stop_hook(&calls, index);
     if counted_live {
         lock(&shared.queue).live -= 1;
+    }
+}
+
+/// The pool as loop calls use it (see `worker/loop_calls/`): the whole of
+/// what they may do to it.
+#[derive(Clone)]
+pub struct LoopSide {
+    shared: Arc<Shared>,
+}
+
+impl LoopSide {
+    /// Give the calling thread an index of its own and run the plugin's
+    /// thread-start hook on it (the error is the hook's code).
+    pub fn start_calling_thread(&self) -> Result<CallBuffers, i32> {
+        start_calling_thread(&self.shared).map(CallBuffers::new)
+    }
+
+    /// Work as an ordinary handler thread from now on.
+    pub fn serve_as_handler(&self, bufs: CallBuffers) {
+        lock(&self.shared.queue).live += 1;
+        handler_loop(&self.shared, bufs);
+    }
+
+    pub fn watch(&self) -> &Watch {
+        &self.shared.watch
+    }
+
+    /// Ask an idle thread to watch the loop's calls.
+    pub fn want_watcher(&self) {
+        want_watcher(&self.shared);
+    }
+
+    /// A loop call. Not timed, nor counted in `completed`: the adaptive
+    /// controller sizes the pool from the pool's own calls.
+    pub fn call(&self, job: &Job, bufs: &mut CallBuffers) -> Outcome {
+        let shared = &self.shared;
+        let outcome = call::serve(&shared.callee, job, bufs, Sink::Wait(shared.write_timeout));
+        shared.stats.loop_calls.fetch_add(1, Ordering::Relaxed);
+        outcome
+    }
+
+    pub fn count_handoff(&self) {
+        self.shared.stats.handoffs.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Queue calls a leader did not make (they were admitted already, so
+    /// past the queue's bound) and post completions for the loop.
+    pub fn give_back(&self, rest: impl Iterator<Item = Job>, done: &mut Vec<Completion>) {
+        let mut woken = 0;
+        {
+            let mut q = lock(&self.shared.queue);
+            for job in rest {
+                q.jobs.push_back(job);
+                woken += 1;
+            }
+        }
+        for _ in 0..woken.min(4) {
+            self.shared.work_ready.notify_one();
+        }
+        lock(&self.shared.done).append(done);
+        announce(&self.shared);
+    }
+
+    /// A handler thread leads the loop: not counted as a handler meanwhile.
+    pub fn enter_leading(&self) {
+        lock(&self.shared.queue).live -= 1;
+    }
+
+    pub fn leave_leading(&self) {
+        lock(&self.shared.queue).live += 1;
+    }
+}
+
+/// Stored under the queue lock, so a thread about to wait either sees it
+/// or is already waiting for the notify.
+fn want_watcher(shared: &Shared) {
+    {
+        let _q = lock(&shared.queue);
+        shared.watch.want_watcher();
+    }
+    shared.work_ready.notify_one();
+}
+
+/// An idle handler thread's wait, as the loop calls' watcher drives it.
+struct PoolIdle<'a> {
+    shared: &'a Shared,
+    /// Held except while the thread leads the loop.
+    q: Option<MutexGuard<'a, Queue>>,
+}
+
+impl<'a> PoolIdle<'a> {
+    fn into_guard(mut self) -> MutexGuard<'a, Queue> {
+        self.q.take().unwrap_or_else(|| lock(&self.shared.queue))
+    }
+
+    fn guard(&mut self) -> MutexGuard<'a, Queue> {
+        self.q.take().unwrap_or_else(|| lock(&self.shared.queue))
+    }
+}
+
+impl IdleThread for PoolIdle<'_> {
+    fn wait(&mut self) {
+        let mut q = self.guard();
+        q.idle += 1;
+        q = self
+            .shared
+            .work_ready
+            .wait(q)
+            .unwrap_or_else(|e| e.into_inner());
+        q.idle -= 1;
+        self.q = Some(q);
+    }
+
+    fn wait_tick(&mut self, tick: Duration) -> bool {
+        let mut q = self.guard();
+        q.idle += 1;
+        let (mut q, waited) = self
+            .shared
+            .work_ready
+            .wait_timeout(q, tick)
+            .unwrap_or_else(|e| e.into_inner());
+        q.idle -= 1;
+        let passed = waited.timed_out() && !q.stopping;
+        self.q = Some(q);
+        passed
+    }
+
+    fn lead(&mut self, f: &mut dyn FnMut()) {
+        drop(self.q.take());
+        want_watcher(self.shared);
+        f();
+        self.q = Some(lock(&self.shared.queue));
     }
 }
 
@@ -543,14 +583,7 @@ fn duration_ns(d: Duration) -> u64 {
 /// Call the plugin for `job` on a handler thread, and count it.
 fn serve_counted(shared: &Shared, job: &Job, bufs: &mut CallBuffers) -> Outcome {
     let started = Instant::now();
-    let outcome = serve(
-        shared,
-        job,
-        bufs.index,
-        &mut bufs.headers,
-        &mut bufs.scratch,
-        Sink::Wait(shared.write_timeout),
-    );
+    let outcome = call::serve(&shared.callee, job, bufs, Sink::Wait(shared.write_timeout));
     let stats = &shared.stats;
     stats
         .service_ns
@@ -559,82 +592,11 @@ fn serve_counted(shared: &Shared, job: &Job, bufs: &mut CallBuffers) -> Outcome 
     outcome
 }
 
-/// Call the plugin for one job.
-fn serve(
-    shared: &Shared,
-    job: &Job,
-    thread_index: u32,
-    headers: &mut Vec<abi::M0Header>,
-    scratch: &mut Vec<u8>,
-    sink: Sink<'_>,
-) -> Outcome {
-    let flags = match sink {
-        Sink::Spill(_) => abi::M0_REQ_ON_LOOP,
-        Sink::Wait(_) => 0,
-    };
-    let buf = &job.buf;
-    let head = &job.head;
-    let view = |span: Span| abi::M0Str::from_bytes(span.get(buf));
-    headers.clear();
-    headers.extend(head.headers.iter().map(|&(n, v)| abi::M0Header {
-        name: view(n),
-        value: view(v),
-    }));
-    let body: &[u8] = match &job.body {
-        Body::InBuffer(span) => span.get(buf),
-        Body::Decoded(v) => v,
-    };
-    let mut exchange = Exchange::new(
-        job.fd,
-        head.http_minor,
-        head.is_head_method,
-        job.keep_alive,
-        body,
-        scratch,
-        sink,
-    );
-    let exchange_ptr: *mut Exchange<'_> = &mut exchange;
-    let request = abi::M0Request {
-        size: std::mem::size_of::<abi::M0Request>() as u32,
-        http_minor: u32::from(head.http_minor),
-        method: view(head.method),
-        target: view(head.target),
-        path: view(head.path),
-        query: view(head.query),
-        headers: headers.as_ptr(),
-        header_count: headers.len(),
-        content_length: body.len() as u64,
-        peer: abi::M0SockAddr {
-            ip: abi::M0Str::from_bytes(job.peer.ip.as_bytes()),
-            port: job.peer.port,
-        },
-        server: abi::M0SockAddr {
-            ip: abi::M0Str::from_bytes(shared.server_ip.as_bytes()),
-            port: shared.server_port,
-        },
-        worker_index: shared.worker_index,
-        thread_index,
-        host_data: exchange_ptr.cast::<c_void>(),
-        flags,
-    };
-    let calls = shared.calls;
-    // SAFETY: every view in `request` borrows `job`, `headers` or `shared`,
-    // all alive until the call returns; the response handle is the exchange,
-    // which the host functions cast back. The pool honours the plugin's
-    // declared call model (see worker/mod.rs sizing).
-    let code = unsafe {
-        (calls.handle)(
-            calls.state,
-            &request,
-            exchange_ptr.cast::<abi::M0Response>(),
-        )
-    };
-    exchange.conclude(code)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use m0serve_abi as abi;
+    use std::ffi::c_void;
     use std::sync::atomic::AtomicUsize;
 
     static STOPPED: AtomicUsize = AtomicUsize::new(0);

@@ -99,45 +99,6 @@ pub fn inline_calls(desc: &Descriptor, no_inline: bool) -> (bool, &'static str) 
     }
 }
 
-/// Whether the thread leading the event loop calls a plugin that does not
-/// declare `M0_CAP_INLINE` itself (loop calls, see `worker/leader.rs`), and
-/// why. Only where the worker has at most one CPU of its own: with more,
-/// the loop and a handler thread work side by side, which one thread
-/// cannot. Only for a reentrant plugin with no cap: a call handed over
-/// still runs while the pool takes the next.
-pub fn loop_calls(
-    desc: &Descriptor,
-    no_inline: bool,
-    usable_cpus: usize,
-    workers: u32,
-) -> (bool, String) {
-    let (declared, _) = desc.inline_calls();
-    let off = |why: String| (false, why);
-    if declared && !no_inline {
-        return off("its calls are inline".into());
-    }
-    if no_inline {
-        return off("turned off with --no-inline".into());
-    }
-    if desc.concurrency_cap() != u32::MAX {
-        return off(format!(
-            "the plugin is {} with a cap: its calls stay on handler threads",
-            desc.call_model_name()
-        ));
-    }
-    if usable_cpus > workers as usize {
-        return off(format!(
-            "{usable_cpus} usable CPUs for {workers} worker(s): the loop and the handler threads run side by side"
-        ));
-    }
-    (
-        true,
-        format!(
-            "{usable_cpus} usable CPU(s) for {workers} worker(s): the thread leading the loop calls the plugin while no handler thread is busy, and a handler thread takes the loop over from a call that blocks for 2 ms or computes for 8 ms"
-        ),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

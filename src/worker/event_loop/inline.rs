@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use mio::{Interest, Token};
 
 use super::EventLoop;
+use crate::plugin::call::{CallBuffers, Job};
+use crate::plugin::exchange::{self, Outcome};
 use crate::worker::connection::Phase;
-use crate::worker::exchange::{self, Outcome};
-use crate::worker::pool::{CallBuffers, Job};
 use crate::worker::schedstat::{Clock, ThreadClock};
 
 /// What the loop keeps for calling the plugin itself.

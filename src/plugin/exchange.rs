@@ -15,12 +15,26 @@
 
 use std::io::IoSlice;
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use m0serve_abi as abi;
 use nix::sys::socket::MsgFlags;
 
 use crate::http::response::{self, BodyLength};
+
+static DRAINING: AtomicBool = AtomicBool::new(false);
+
+/// True once this worker has begun its graceful stop: responses started
+/// after it say `Connection: close`.
+pub fn is_draining() -> bool {
+    DRAINING.load(Ordering::Relaxed)
+}
+
+/// The worker begins its graceful stop (once, from the event loop).
+pub fn set_draining() {
+    DRAINING.store(true, Ordering::Relaxed);
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -119,7 +133,7 @@ impl<'a> Exchange<'a> {
             }
         }
         let length = BodyLength::choose(status, declared, self.http_minor);
-        if length == BodyLength::UntilClose || super::is_draining() {
+        if length == BodyLength::UntilClose || is_draining() {
             self.keep_alive = false;
         }
         self.scratch.clear();
@@ -242,7 +256,7 @@ impl<'a> Exchange<'a> {
 
     fn send_error(&mut self, status: u16, text: &str) {
         self.scratch.clear();
-        let keep_alive = self.keep_alive && !super::is_draining();
+        let keep_alive = self.keep_alive && !is_draining();
         self.keep_alive = keep_alive;
         response::simple(self.scratch, self.http_minor, status, text, keep_alive, &[]);
         if self.is_head {

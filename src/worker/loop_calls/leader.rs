@@ -1,25 +1,18 @@
-//! Loop calls: the thread that leads the event loop calls the plugin itself,
-//! and the loop moves to another thread when a call runs long.
-//!
-//! A WSGI app behind a loop that hands every request to a handler thread
-//! pays a thread switch per request or batch (0.64 context switches per
-//! request at 8 connections on one CPU; bjoern, which calls the app on its
-//! only thread, 0.11). Calling the app on the loop's thread removes the
-//! switch, but an app may block (a database, `time.sleep`) and would hold
-//! up every other connection. So the loop lives in a mutex, and the thread
-//! that holds it leads: it runs passes, and between passes it lets go of the
-//! loop and makes the calls the pass queued. A handler thread watches those
-//! calls (`pool/watch.rs`); when one blocks for a tick (or computes for
-//! four), it claims the call word and leads the loop from then on, and the
-//! old leader hands what it has left to the pool when its call returns. The loop starts on a thread
-//! of its own (`m0-loop`), which becomes an ordinary handler thread once it
-//! has lost the loop; the worker's main thread only waits for the end.
+//! The threads of loop calls: the loop lives in a mutex, the thread that
+//! holds it leads (it runs passes, then lets go of the loop for the calls
+//! the pass queued), and a watcher that finds a call stuck leads next.
+//! The loop starts on a thread of its own (`m0-loop`), which becomes an
+//! ordinary handler thread once it has lost the loop; the worker's main
+//! thread only waits for the end.
 
 use std::io;
 use std::sync::{Arc, Condvar, Mutex, Weak};
 
-use super::event_loop::{EventLoop, Exit};
-use super::pool::{CallBuffers, Completion, Job, LoopCaller, TakeOver, lock};
+use super::LoopCaller;
+use super::watch::TakeOver;
+use crate::plugin::call::{CallBuffers, Completion, Job};
+use crate::worker::event_loop::{EventLoop, Exit};
+use crate::worker::pool::lock;
 
 pub struct Leader {
     event_loop: Mutex<Option<EventLoop>>,

@@ -1,6 +1,5 @@
-//! The pool's side of loop calls (see `worker/leader.rs`): the word that
-//! says which call the loop's thread is in, and the idle handler thread that
-//! watches it.
+//! The word that says which call the loop's thread is in, and the idle
+//! handler thread that watches it (see `leader.rs` for the threads).
 //!
 //! A thread that runs the event loop may call a plugin that can block. It
 //! lets go of the loop for the call, and one idle handler thread (the
@@ -13,16 +12,11 @@
 //! after each call, and the watcher's timer while calls happen.
 
 use std::sync::atomic::{AtomicI32, AtomicU8, AtomicU64, Ordering};
-use std::sync::{Arc, MutexGuard, OnceLock, Weak};
+use std::sync::{OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use crate::worker::exchange::Sink;
+use crate::plugin::call::CallBuffers;
 use crate::worker::schedstat::{Clock, ThreadClock};
-
-use super::{
-    CallBuffers, Completion, Job, Queue, Shared, announce, duration_ns, handler_loop, lock, serve,
-    start_calling_thread,
-};
 
 /// How often the watcher looks. A call it sees on two ticks in a row has
 /// run at least one tick, and is taken over within two. Debug builds make
@@ -58,7 +52,7 @@ pub trait TakeOver: Send + Sync {
 }
 
 #[derive(Default)]
-pub(super) struct Watch {
+pub struct Watch {
     /// Count of calls the loop's thread has begun, shifted left two bits,
     /// with LEADING, CALLING or EXITED in the low bits.
     word: AtomicU64,
@@ -68,10 +62,24 @@ pub(super) struct Watch {
     take_over: OnceLock<Weak<dyn TakeOver>>,
 }
 
+/// What a watcher does to the pool it belongs to, while its thread waits
+/// there for work with the pool's lock held: nothing else of the pool is
+/// the watcher's business.
+pub trait IdleThread {
+    /// Wait for work.
+    fn wait(&mut self);
+    /// Wait for work at most `tick`: true when the tick passed with none
+    /// and the pool is not stopping.
+    fn wait_tick(&mut self, tick: Duration) -> bool;
+    /// Let go of the pool's lock, have another idle thread watch, run `f`
+    /// (this thread leads the loop meanwhile), then take the lock again.
+    fn lead(&mut self, f: &mut dyn FnMut());
+}
+
 impl Watch {
     /// The leader (kernel thread id `tid`) starts a call; returns the word
     /// that names it.
-    fn begin_call(&self, tid: i32) -> u64 {
+    pub fn begin_call(&self, tid: i32) -> u64 {
         self.leader_tid.store(tid, Ordering::Relaxed);
         let begun = (self.word.load(Ordering::SeqCst) & !3) + 4 + CALLING;
         self.word.store(begun, Ordering::SeqCst);
@@ -80,7 +88,7 @@ impl Watch {
 
     /// The leader's call `begun` returned: true when it still leads, false
     /// when a watcher claimed the loop meanwhile.
-    fn end_call(&self, begun: u64) -> bool {
+    pub fn end_call(&self, begun: u64) -> bool {
         self.word
             .compare_exchange(
                 begun,
@@ -93,17 +101,35 @@ impl Watch {
 
     /// A watcher takes the loop from the call `word` names, if that call is
     /// still running (the same compare-and-swap as `end_call`: one wins).
-    fn claim(&self, word: u64) -> bool {
+    pub fn claim(&self, word: u64) -> bool {
         word & 3 == CALLING && self.end_call(word)
     }
 
-    fn exit(&self) {
+    /// The loop has ended: no call is taken over any more.
+    pub fn exit(&self) {
         self.word.fetch_or(EXITED, Ordering::SeqCst);
+    }
+
+    /// Whether no idle thread watches, nor has been asked to.
+    pub fn unwatched(&self) -> bool {
+        self.state.load(Ordering::SeqCst) == NOT_NEEDED
+    }
+
+    /// Ask an idle thread to watch. The pool stores it under its lock, so
+    /// a thread about to wait either sees it or is already waiting for the
+    /// notify that follows.
+    pub fn want_watcher(&self) {
+        self.state.store(WANTED, Ordering::SeqCst);
+    }
+
+    /// Where the watcher finds the loop when a call is stuck.
+    pub fn set_take_over(&self, leader: Weak<dyn TakeOver>) {
+        let _ = self.take_over.set(leader);
     }
 }
 
 /// A handler thread's view of the watch.
-pub(super) struct Watcher {
+pub struct Watcher {
     claimed: bool,
     late_before: bool,
     seen: u64,
@@ -115,8 +141,8 @@ pub(super) struct Watcher {
     quiet: u32,
 }
 
-impl Watcher {
-    pub(super) fn new() -> Watcher {
+impl Default for Watcher {
+    fn default() -> Watcher {
         Watcher {
             claimed: false,
             late_before: false,
@@ -127,28 +153,24 @@ impl Watcher {
             quiet: 0,
         }
     }
+}
 
+impl Watcher {
     /// This thread leaves its wait for a job or for good: another idle
     /// thread takes the watch at its next wait (true when this one held it;
     /// a thread that is leaving notifies one).
-    pub(super) fn step_down(&mut self, shared: &Shared) -> bool {
+    pub fn step_down(&mut self, watch: &Watch) -> bool {
         let held = self.claimed;
         if held {
             self.claimed = false;
-            shared.watch.state.store(WANTED, Ordering::SeqCst);
+            watch.want_watcher();
         }
         held
     }
 
-    /// Park until work is queued (the caller holds the queue lock). The
+    /// Park until work is queued (`idle` holds the pool's lock). The
     /// watcher wakes every tick and may run the loop before it returns.
-    pub(super) fn idle_wait<'a>(
-        &mut self,
-        shared: &'a Shared,
-        mut q: MutexGuard<'a, Queue>,
-        bufs: &mut CallBuffers,
-    ) -> MutexGuard<'a, Queue> {
-        let watch = &shared.watch;
+    pub fn idle_wait(&mut self, watch: &Watch, idle: &mut impl IdleThread, bufs: &mut CallBuffers) {
         if !self.claimed
             && watch
                 .state
@@ -159,20 +181,13 @@ impl Watcher {
             self.seen = u64::MAX;
             self.quiet = 0;
         }
-        q.idle += 1;
         if !self.claimed {
-            q = shared.work_ready.wait(q).unwrap_or_else(|e| e.into_inner());
-            q.idle -= 1;
-            return q;
+            idle.wait();
+            return;
         }
         let slept_at = Instant::now();
-        let (mut q, waited) = shared
-            .work_ready
-            .wait_timeout(q, WATCH_TICK)
-            .unwrap_or_else(|e| e.into_inner());
-        q.idle -= 1;
-        if !waited.timed_out() || q.stopping {
-            return q;
+        if !idle.wait_tick(WATCH_TICK) {
+            return;
         }
         let word = watch.word.load(Ordering::SeqCst);
         // A late wake may mean this CPU was not ours (in a VM the host
@@ -207,14 +222,12 @@ impl Watcher {
         if let Some(why) = why {
             // Lead the loop, and let another idle thread watch our calls.
             let Some(leader) = watch.take_over.get().and_then(Weak::upgrade) else {
-                return q;
+                return;
             };
-            drop(q);
             self.claimed = false;
             self.seen = u64::MAX;
-            want_watcher(shared);
-            leader.take_over(word, bufs, why);
-            return lock(&shared.queue);
+            idle.lead(&mut || leader.take_over(word, bufs, why));
+            return;
         }
         if word == self.seen && word & 3 != CALLING {
             self.quiet += 1;
@@ -230,7 +243,6 @@ impl Watcher {
         // The next tick judges the time since this one.
         self.seen_clock = clock;
         self.seen = word;
-        q
     }
 }
 
@@ -253,123 +265,12 @@ fn what_the_leader_did(before: Option<Clock>, now: Option<Clock>) -> Leader {
     };
     let ran = n.ran.saturating_sub(b.ran);
     let waited = n.waited.saturating_sub(b.waited);
-    if ran + waited < duration_ns(WATCH_TICK) / 4 {
+    if ran + waited < WATCH_TICK.as_nanos() as u64 / 4 {
         Leader::Blocked
     } else if waited > ran {
         Leader::WaitingForACpu
     } else {
         Leader::Computing
-    }
-}
-
-/// Ask an idle thread to watch. Stored under the queue lock, so a thread
-/// about to wait either sees it or is already waiting for the notify.
-fn want_watcher(shared: &Shared) {
-    {
-        let _q = lock(&shared.queue);
-        shared.watch.state.store(WANTED, Ordering::SeqCst);
-    }
-    shared.work_ready.notify_one();
-}
-
-/// What a thread leading the event loop uses to call the plugin itself,
-/// without holding the loop.
-#[derive(Clone)]
-pub struct LoopCaller {
-    shared: Arc<Shared>,
-}
-
-impl LoopCaller {
-    pub(super) fn new(shared: Arc<Shared>) -> LoopCaller {
-        LoopCaller { shared }
-    }
-
-    /// Prepare the calling thread to call the plugin: a thread index of its
-    /// own and the plugin's thread-start hook (whose code is the error).
-    pub fn start_thread(&self) -> Result<CallBuffers, i32> {
-        start_calling_thread(&self.shared).map(CallBuffers::new)
-    }
-
-    /// The thread that led the loop first, once it has lost it: an
-    /// ordinary handler thread from now on (until the pool stops or has
-    /// one thread too many), then its thread-stop hook.
-    pub fn serve_as_handler(&self, bufs: CallBuffers) {
-        lock(&self.shared.queue).live += 1;
-        handler_loop(&self.shared, bufs);
-    }
-
-    /// Where the watcher finds the loop when a call is stuck.
-    pub fn set_take_over(&self, leader: Weak<dyn TakeOver>) {
-        let _ = self.shared.watch.take_over.set(leader);
-    }
-
-    /// Call the plugin for `job` on this thread and push its completion.
-    /// False when another thread took the loop over during the call: the
-    /// caller no longer leads and hands the rest back with `give_back`.
-    pub fn call(&self, job: Job, bufs: &mut CallBuffers, done: &mut Vec<Completion>) -> bool {
-        let shared = &self.shared;
-        let begun = shared.watch.begin_call(bufs.tid);
-        if shared.watch.state.load(Ordering::SeqCst) == NOT_NEEDED {
-            want_watcher(shared);
-        }
-        // Not timed, nor counted in `completed`: the adaptive controller
-        // sizes the pool from the pool's own calls.
-        let outcome = serve(
-            shared,
-            &job,
-            bufs.index,
-            &mut bufs.headers,
-            &mut bufs.scratch,
-            Sink::Wait(shared.write_timeout),
-        );
-        shared.stats.loop_calls.fetch_add(1, Ordering::Relaxed);
-        done.push(Completion { job, outcome });
-        shared.watch.end_call(begun)
-    }
-
-    /// Claim the loop from the call `word` names; false when that call has
-    /// already ended (its thread still leads).
-    pub fn claim(&self, word: u64) -> bool {
-        let claimed = self.shared.watch.claim(word);
-        if claimed {
-            self.shared.stats.handoffs.fetch_add(1, Ordering::Relaxed);
-        }
-        claimed
-    }
-
-    /// The loop has ended: no call is taken over any more.
-    pub fn mark_exited(&self) {
-        self.shared.watch.exit();
-    }
-
-    /// After losing the loop mid-batch: queue the calls not yet made (they
-    /// were admitted already, so past the queue's bound) and post the
-    /// completions for the new leader.
-    pub fn give_back(&self, rest: impl Iterator<Item = Job>, done: &mut Vec<Completion>) {
-        let mut woken = 0;
-        {
-            let mut q = lock(&self.shared.queue);
-            for job in rest {
-                q.jobs.push_back(job);
-                woken += 1;
-            }
-        }
-        for _ in 0..woken.min(4) {
-            self.shared.work_ready.notify_one();
-        }
-        lock(&self.shared.done).append(done);
-        announce(&self.shared);
-    }
-
-    /// A handler thread leads the loop: not counted as a handler meanwhile.
-    /// The old leader takes its place when its call returns; no thread is
-    /// started for it (see `Pool::keep_one_handler`).
-    pub fn enter_leading(&self) {
-        lock(&self.shared.queue).live -= 1;
-    }
-
-    pub fn leave_leading(&self) {
-        lock(&self.shared.queue).live += 1;
     }
 }
 
@@ -395,7 +296,7 @@ mod tests {
 
     #[test]
     fn the_leaders_clock_tells_blocked_from_computing_from_kept_off_its_cpu() {
-        let tick = duration_ns(WATCH_TICK);
+        let tick = WATCH_TICK.as_nanos() as u64;
         let at = |ran, waited| Some(Clock { ran, waited });
         let before = at(1_000, 1_000);
         assert_eq!(

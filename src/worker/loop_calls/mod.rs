@@ -1,0 +1,161 @@
+//! Loop calls: on a worker with one CPU of its own, the thread that leads
+//! the event loop calls the plugin itself, and the loop moves to another
+//! thread when a call runs long.
+//!
+//! A WSGI app behind a loop that hands every request to a handler thread
+//! pays a thread switch per request or batch (0.64 context switches per
+//! request at 8 connections on one CPU; bjoern, which calls the app on its
+//! only thread, 0.11). Calling the app on the loop's thread removes the
+//! switch, but an app may block (a database, `time.sleep`) and would hold
+//! up every other connection. So:
+//!
+//! - `leader.rs`: the loop lives in a mutex, and the thread that holds it
+//!   leads: it runs passes, and between passes it lets go of the loop and
+//!   makes the calls the pass queued. The loop starts on a thread of its
+//!   own (`m0-loop`), which becomes an ordinary handler thread once it has
+//!   lost the loop; the worker's main thread only waits for the end.
+//! - `watch.rs`: an idle handler thread watches those calls; when one
+//!   blocks for a tick (or computes for four), it claims the call word and
+//!   leads the loop from then on, and the old leader hands what it has left
+//!   to the pool when its call returns.
+//! - `caller.rs`: what the leading thread uses to make the calls, built on
+//!   the pool's narrow loop-calls API (`pool::LoopSide`).
+//! - here: when a worker makes loop calls at all (`decide`), and the event
+//!   loop's bookkeeping of them (`LoopCalls`). A request becomes a loop
+//!   call only while no call is in flight on a handler thread, so loop
+//!   calls never compete with the pool for the plugin's lock, and a plugin
+//!   whose calls stay short is served by one thread. When a call runs long
+//!   enough for a handler thread to take the loop over, requests go to the
+//!   pool for a while (doubling up to `BACKOFF_MAX` while calls keep running
+//!   long), so a view that blocks costs the other connections one hand-off
+//!   per back-off, not one per call.
+
+mod caller;
+pub mod leader;
+pub mod watch;
+
+use std::time::{Duration, Instant};
+
+pub use caller::LoopCaller;
+
+use crate::plugin::Descriptor;
+use crate::plugin::call::Job;
+
+const BACKOFF_MIN: Duration = Duration::from_millis(250);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// Whether a worker makes loop calls, and why (or why not): only for a
+/// reentrant plugin with no cap that is not called inline, on a worker with
+/// at most one usable CPU of its own.
+pub fn decide(
+    desc: &Descriptor,
+    no_inline: bool,
+    usable_cpus: usize,
+    workers: u32,
+) -> (bool, String) {
+    let (declared, _) = desc.inline_calls();
+    let off = |why: String| (false, why);
+    if declared && !no_inline {
+        return off("its calls are inline".into());
+    }
+    if no_inline {
+        return off("turned off with --no-inline".into());
+    }
+    if desc.concurrency_cap() != u32::MAX {
+        return off(format!(
+            "the plugin is {} with a cap: its calls stay on handler threads",
+            desc.call_model_name()
+        ));
+    }
+    if usable_cpus > workers as usize {
+        return off(format!(
+            "{usable_cpus} usable CPUs for {workers} worker(s): the loop and the handler threads run side by side"
+        ));
+    }
+    (
+        true,
+        format!(
+            "{usable_cpus} usable CPU(s) for {workers} worker(s): the thread leading the loop calls the plugin while no handler thread is busy, and a handler thread takes the loop over from a call that blocks for 2 ms or computes for 8 ms"
+        ),
+    )
+}
+
+/// The event loop's account of its loop calls.
+pub struct LoopCalls {
+    batch: Vec<Job>,
+    /// Completions of the last batch not yet taken in: still counted in
+    /// flight, but no handler thread is busy with them.
+    finishing: usize,
+    /// After a hand-off, no loop calls until then.
+    resume_at: Option<Instant>,
+    backoff: Duration,
+}
+
+impl Default for LoopCalls {
+    fn default() -> LoopCalls {
+        LoopCalls {
+            batch: Vec::with_capacity(64),
+            finishing: 0,
+            resume_at: None,
+            backoff: BACKOFF_MIN,
+        }
+    }
+}
+
+impl LoopCalls {
+    /// Whether the request being dispatched may be a loop call: only while
+    /// every call in flight (`in_flight`) is one of this pass's loop calls.
+    pub fn may_call(&mut self, in_flight: usize, now: Instant) -> bool {
+        if in_flight != self.batch.len() + self.finishing {
+            return false;
+        }
+        if let Some(at) = self.resume_at {
+            if now < at {
+                return false;
+            }
+            self.resume_at = None;
+        }
+        true
+    }
+
+    /// Of `in_flight` calls, those on handler threads.
+    pub fn in_the_pool(&self, in_flight: usize) -> usize {
+        in_flight - self.batch.len() - self.finishing
+    }
+
+    pub fn queue(&mut self, job: Job) {
+        self.batch.push(job);
+    }
+
+    /// The loop calls this pass queued, for the leading thread to make.
+    pub fn take(&mut self, into: &mut Vec<Job>) {
+        std::mem::swap(&mut self.batch, into);
+    }
+
+    /// The leading thread made every call it took, with no hand-off: the
+    /// back-off starts over, and `count` completions are taken in.
+    pub fn finishing(&mut self, count: usize) {
+        if self.resume_at.is_none() {
+            self.backoff = BACKOFF_MIN;
+        }
+        // A connection's next request, read while the rest are taken in,
+        // may be a loop call too.
+        self.finishing = count;
+    }
+
+    /// One of the finishing completions was taken in.
+    pub fn finished_one(&mut self) {
+        self.finishing -= 1;
+    }
+
+    /// A handler thread took the loop over from a long call: calls go to
+    /// the pool for the back-off, which doubles.
+    pub fn handed_over(&mut self, why: &str, now: Instant) {
+        crate::log::info(format_args!(
+            "a call {why}: a handler thread leads the loop now, and calls go to the pool for {} ms",
+            self.backoff.as_millis()
+        ));
+        self.resume_at = Some(now + self.backoff);
+        self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
+    }
+}
