@@ -244,7 +244,11 @@ typedef struct M0Request {
   struct M0SockAddr server;
   // Index of the worker process serving this request.
   uint32_t worker_index;
-  // Index of the handler thread making this call.
+  // Index of the thread making this call, for per-thread state kept in
+  // an array: always below `M0InitArgs::max_handler_threads + 1` (the
+  // one more is the event loop's thread, for inline and loop calls).
+  // Indices are reused: a thread's index is free again once its
+  // `thread_stop` has returned, never while two threads could hold it.
   uint32_t thread_index;
   // The host's own data; plugins pass the request back, never this.
   void *host_data;

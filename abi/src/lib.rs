@@ -263,7 +263,11 @@ pub struct M0Request {
     pub server: M0SockAddr,
     /// Index of the worker process serving this request.
     pub worker_index: u32,
-    /// Index of the handler thread making this call.
+    /// Index of the thread making this call, for per-thread state kept in
+    /// an array: always below `M0InitArgs::max_handler_threads + 1` (the
+    /// one more is the event loop's thread, for inline and loop calls).
+    /// Indices are reused: a thread's index is free again once its
+    /// `thread_stop` has returned, never while two threads could hold it.
     pub thread_index: u32,
     /// The host's own data; plugins pass the request back, never this.
     pub host_data: *mut c_void,

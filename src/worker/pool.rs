@@ -14,7 +14,8 @@
 //! ones. The queue is bounded: `try_submit` refuses when it is full and the
 //! loop answers 503.
 
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -41,6 +42,7 @@ pub struct Shared {
     write_timeout: Option<Duration>,
     stats: Stats,
     watch: Watch,
+    handles: Mutex<Vec<JoinHandle<()>>>,
 }
 
 struct Queue {
@@ -51,7 +53,12 @@ struct Queue {
     target: usize,
     live: usize,
     busy: usize,
+    /// Threads that left as surplus and are still in their stop hook:
+    /// they hold their index, so no thread is started in their place yet.
+    retiring: usize,
     next_index: u32,
+    /// Indices of threads that have finished, lowest first.
+    free_indices: BinaryHeap<Reverse<u32>>,
     stopping: bool,
 }
 
@@ -78,7 +85,6 @@ pub struct Stats {
 
 pub struct Pool {
     shared: Arc<Shared>,
-    handles: Vec<JoinHandle<()>>,
 }
 
 pub struct PoolSettings {
@@ -101,7 +107,9 @@ impl Pool {
                 target: settings.threads,
                 live: 0,
                 busy: 0,
+                retiring: 0,
                 next_index: 0,
+                free_indices: BinaryHeap::new(),
                 stopping: false,
             }),
             work_ready: Condvar::new(),
@@ -117,13 +125,10 @@ impl Pool {
             write_timeout: settings.write_timeout,
             stats: Stats::default(),
             watch: Watch::default(),
+            handles: Mutex::new(Vec::new()),
         });
-        let mut pool = Pool {
-            shared,
-            handles: Vec::new(),
-        };
-        pool.spawn_missing();
-        pool
+        spawn_missing(&shared);
+        Pool { shared }
     }
 
     pub fn stats(&self) -> &Stats {
@@ -150,34 +155,7 @@ impl Pool {
         }
         // Threads above the target leave after their current job.
         self.shared.work_ready.notify_all();
-        self.spawn_missing();
-    }
-
-    /// Start the threads the target asks for and the pool lacks (a thread
-    /// that leads the loop is not counted meanwhile).
-    fn spawn_missing(&mut self) {
-        loop {
-            let index = {
-                let mut q = lock(&self.shared.queue);
-                if q.live >= q.target || q.stopping {
-                    return;
-                }
-                q.live += 1;
-                q.claim_index()
-            };
-            let shared = Arc::clone(&self.shared);
-            let handle = std::thread::Builder::new()
-                .name(format!("m0-handler-{index}"))
-                .spawn(move || handler_thread(shared, index));
-            match handle {
-                Ok(h) => self.handles.push(h),
-                Err(e) => {
-                    crate::log::error(format_args!("cannot start handler thread {index}: {e}"));
-                    lock(&self.shared.queue).live -= 1;
-                    return;
-                }
-            }
-        }
+        spawn_missing(&self.shared);
     }
 
     /// Queue a job; gives it back when the queue is full.
@@ -206,6 +184,7 @@ impl Pool {
     /// Undo `adopt_loop_thread` on the same thread, after its last call.
     pub fn release_loop_thread(&self, index: u32) {
         thread_stop_hook(&self.shared.callee.calls, index);
+        lock(&self.shared.queue).release_index(index);
     }
 
     /// Call the plugin for `job` on the event loop. Whatever the socket does
@@ -260,14 +239,14 @@ impl Pool {
     pub fn keep_one_handler(&mut self) {
         let none_left = lock(&self.shared.queue).live == 0;
         if none_left {
-            self.spawn_missing();
+            spawn_missing(&self.shared);
         }
     }
 
     /// Join `thread` with the handler threads when the pool stops (the
     /// thread that led the loop first, which ends as a handler thread).
     pub fn adopt_thread(&mut self, thread: JoinHandle<()>) {
-        self.handles.push(thread);
+        lock(&self.shared.handles).push(thread);
     }
 
     /// Stop every thread once the queue is empty, waiting up to `timeout`
@@ -280,7 +259,8 @@ impl Pool {
         self.shared.work_ready.notify_all();
         let deadline = Instant::now() + timeout;
         let mut left = 0;
-        for handle in self.handles.drain(..) {
+        let handles = std::mem::take(&mut *lock(&self.shared.handles));
+        for handle in handles {
             while !handle.is_finished() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(2));
             }
@@ -311,9 +291,23 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Queue {
     /// The next thread index: handler threads and the event loop (for
     /// inline calls) each get their own.
+    ///
+    /// Indices are reused, lowest first, once the thread holding one has
+    /// finished its stop hook, and a thread that leaves as surplus is
+    /// replaced only after that: so the indices in use are distinct and
+    /// fewer than the threads calling the plugin at once, which are at most
+    /// the pool's largest size plus the event loop's thread (the contract
+    /// `M0Request.thread_index` documents).
     fn claim_index(&mut self) -> u32 {
+        if let Some(Reverse(index)) = self.free_indices.pop() {
+            return index;
+        }
         self.next_index += 1;
         self.next_index - 1
+    }
+
+    fn release_index(&mut self, index: u32) {
+        self.free_indices.push(Reverse(index));
     }
 }
 
@@ -323,6 +317,36 @@ fn start_calling_thread(shared: &Shared) -> Result<u32, i32> {
     let index = lock(&shared.queue).claim_index();
     thread_start_hook(&shared.callee.calls, index)?;
     Ok(index)
+}
+
+/// Start the threads the target asks for and the pool lacks (a thread
+/// that leads the loop is not counted meanwhile, and one retiring still
+/// is).
+fn spawn_missing(shared: &Arc<Shared>) {
+    loop {
+        let index = {
+            let mut q = lock(&shared.queue);
+            if q.live + q.retiring >= q.target || q.stopping {
+                return;
+            }
+            q.live += 1;
+            q.claim_index()
+        };
+        let for_thread = Arc::clone(shared);
+        let handle = std::thread::Builder::new()
+            .name(format!("m0-handler-{index}"))
+            .spawn(move || handler_thread(for_thread, index));
+        match handle {
+            Ok(h) => lock(&shared.handles).push(h),
+            Err(e) => {
+                crate::log::error(format_args!("cannot start handler thread {index}: {e}"));
+                let mut q = lock(&shared.queue);
+                q.live -= 1;
+                q.release_index(index);
+                return;
+            }
+        }
+    }
 }
 
 fn handler_thread(shared: Arc<Shared>, index: u32) {
@@ -337,7 +361,9 @@ fn handler_thread(shared: Arc<Shared>, index: u32) {
             .fetch_add(1, Ordering::Relaxed);
         super::request_fatal_stop();
         let _ = shared.waker.wake();
-        lock(&shared.queue).live -= 1;
+        let mut q = lock(&shared.queue);
+        q.live -= 1;
+        q.release_index(index);
         return;
     }
     handler_loop(&shared, CallBuffers::new(index));
@@ -364,6 +390,7 @@ fn handler_loop(shared: &Arc<Shared>, mut bufs: CallBuffers) {
                     // meanwhile saw the same surplus and left too, emptying
                     // the pool until the controller noticed (a 40 ms stall).
                     q.live -= 1;
+                    q.retiring += 1;
                     counted_live = false;
                     break None;
                 }
@@ -422,8 +449,20 @@ fn handler_loop(shared: &Arc<Shared>, mut bufs: CallBuffers) {
         shared.work_ready.notify_one();
     }
     thread_stop_hook(&calls, index);
-    if counted_live {
-        lock(&shared.queue).live -= 1;
+    let owed = {
+        let mut q = lock(&shared.queue);
+        if counted_live {
+            q.live -= 1;
+        } else {
+            q.retiring -= 1;
+        }
+        q.release_index(index);
+        q.live + q.retiring < q.target && !q.stopping
+    };
+    if owed {
+        // The pool grew again while this thread retired: start the thread
+        // that waited for its index.
+        spawn_missing(shared);
     }
 }
 
@@ -654,5 +693,77 @@ mod tests {
         assert_eq!(lock(&pool.shared.queue).idle, 1);
         pool.stop(Duration::from_secs(5));
         assert_eq!(STOPPED.load(Ordering::SeqCst), 4);
+    }
+
+    /// Indices in use by the `reuse` test's threads, and the highest seen.
+    static IN_USE: [AtomicBool; 256] = [const { AtomicBool::new(false) }; 256];
+    static HIGHEST: AtomicU32 = AtomicU32::new(0);
+    static CLASHES: AtomicU32 = AtomicU32::new(0);
+
+    unsafe extern "C" fn track_start(_: *mut c_void, index: u32) -> i32 {
+        let i = (index as usize).min(255);
+        if IN_USE[i].swap(true, Ordering::SeqCst) {
+            CLASHES.fetch_add(1, Ordering::SeqCst);
+        }
+        HIGHEST.fetch_max(index, Ordering::SeqCst);
+        abi::M0_OK
+    }
+
+    /// Slow, as the WSGI plugin's is when it waits for the GIL: threads
+    /// that leave as surplus hold their index meanwhile.
+    unsafe extern "C" fn track_stop(_: *mut c_void, index: u32) {
+        std::thread::sleep(Duration::from_millis(20));
+        IN_USE[(index as usize).min(255)].store(false, Ordering::SeqCst);
+    }
+
+    #[test]
+    fn thread_indices_are_reused_and_stay_below_the_largest_size() {
+        let poll = mio::Poll::new().unwrap();
+        let waker = mio::Waker::new(poll.registry(), mio::Token(0)).unwrap();
+        let calls = Calls {
+            handle: never_called,
+            thread_start: Some(track_start),
+            thread_stop: Some(track_stop),
+            shutdown: None,
+            state: std::ptr::null_mut(),
+        };
+        let mut pool = Pool::start(
+            PoolSettings {
+                threads: 2,
+                capacity: 16,
+                calls,
+                server_ip: "127.0.0.1".into(),
+                server_port: 0,
+                worker_index: 0,
+                write_timeout: None,
+            },
+            waker,
+        );
+        let settled = |pool: &Pool, n: usize| {
+            while pool.size() != (n, n) || lock(&pool.shared.queue).retiring > 0 {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        };
+        for _ in 0..15 {
+            pool.resize(8);
+            settled(&pool, 8);
+            // Shrink, and grow again as soon as the surplus has left: it
+            // is still in its stop hook when the pool asks for threads.
+            pool.resize(1);
+            while pool.size().0 > 1 {
+                std::thread::yield_now();
+            }
+            pool.resize(8);
+            settled(&pool, 8);
+        }
+        pool.stop(Duration::from_secs(5));
+        // 15 rounds started over 100 threads; without reuse the indices
+        // would have grown past 100.
+        assert!(
+            HIGHEST.load(Ordering::SeqCst) < 8,
+            "highest thread index {} for a pool of at most 8",
+            HIGHEST.load(Ordering::SeqCst)
+        );
+        assert_eq!(CLASHES.load(Ordering::SeqCst), 0, "an index held twice");
     }
 }
