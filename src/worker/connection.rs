@@ -24,6 +24,7 @@ use crate::http::chunked::ChunkedDecoder;
 use crate::http::head::{self, BodyFraming, Limits, RequestHead};
 use crate::http::{HttpError, Span};
 use crate::plugin::call::{Body, Peer};
+use crate::plugin::exchange;
 
 pub enum Phase {
     /// Waiting for, or reading, a request head.
@@ -110,6 +111,25 @@ impl Conn {
             read_closed: false,
             continue_sent: false,
         }
+    }
+
+    /// Send what the loop owes the client ahead of the response (a `100
+    /// Continue`) without waiting: what the socket does not take stays in
+    /// `out` and is sent when the socket is writable (`interim_pending`).
+    fn send_interim(&mut self, bytes: &[u8]) {
+        self.out.extend_from_slice(bytes);
+        let fd = self.stream.as_raw_fd();
+        // A failed send means the client is gone; the next read says so.
+        if let Ok(true) | Err(_) = exchange::flush_spilled(fd, &self.out, &mut self.out_pos) {
+            self.out.clear();
+            self.out_pos = 0;
+        }
+    }
+
+    /// Interim bytes wait for the socket (never while a response is
+    /// flushing: those bytes are the response's).
+    pub fn interim_pending(&self) -> bool {
+        !self.out.is_empty() && matches!(self.phase, Phase::Head | Phase::Body { .. })
     }
 
     pub fn is_idle(&self) -> bool {
@@ -205,11 +225,7 @@ impl Conn {
         let Some(consumed) = done_at else {
             if head.expect_continue && !self.continue_sent {
                 self.continue_sent = true;
-                let _ = crate::plugin::exchange::write_all(
-                    self.stream.as_raw_fd(),
-                    &mut [io::IoSlice::new(b"HTTP/1.1 100 Continue\r\n\r\n")],
-                    Some(std::time::Duration::from_secs(1)),
-                );
+                self.send_interim(b"HTTP/1.1 100 Continue\r\n\r\n");
             }
             return Ok(None);
         };

@@ -470,8 +470,64 @@ impl EventLoop {
                     self.close(key);
                 }
             }
-            _ => self.drive(key),
+            _ => {
+                if conn.interim_pending() && !self.flush_interim(key) {
+                    return;
+                }
+                self.drive(key)
+            }
         }
+    }
+
+    /// Send more of a `100 Continue` the socket did not take at once.
+    /// False when the connection was closed.
+    fn flush_interim(&mut self, key: usize) -> bool {
+        let Some(conn) = self.conns.get_mut(key) else {
+            return false;
+        };
+        let fd = conn.stream.as_raw_fd();
+        match crate::plugin::exchange::flush_spilled(fd, &conn.out, &mut conn.out_pos) {
+            Ok(false) => true,
+            Ok(true) => {
+                conn.out.clear();
+                conn.out_pos = 0;
+                let _ = self.poll.registry().reregister(
+                    &mut conn.stream,
+                    Token(key),
+                    Interest::READABLE,
+                );
+                true
+            }
+            Err(_) => {
+                self.close(key);
+                false
+            }
+        }
+    }
+
+    /// Before a request goes to the plugin, whose response goes straight
+    /// to the socket: a `100 Continue` still waiting for the socket is
+    /// dropped if none of it went out (a server may omit it; the client
+    /// has sent the body anyway), and the connection is closed if part of
+    /// it did (the response cannot follow half an interim one). False when
+    /// closed.
+    fn settle_interim(&mut self, key: usize) -> bool {
+        let Some(conn) = self.conns.get_mut(key) else {
+            return false;
+        };
+        if !conn.interim_pending() {
+            return true;
+        }
+        if conn.out_pos > 0 {
+            self.close(key);
+            return false;
+        }
+        conn.out.clear();
+        let _ = self
+            .poll
+            .registry()
+            .reregister(&mut conn.stream, Token(key), Interest::READABLE);
+        true
     }
 
     /// Parse and dispatch whatever the connection has, answering pipelined
@@ -483,6 +539,22 @@ impl EventLoop {
             };
             let had_bytes = !conn.rbuf.is_empty();
             match conn.advance(&self.limits, &mut self.head_scratch) {
+                Step::Wait if conn.interim_pending() => {
+                    // The `100 Continue` waits for the socket: hear when it
+                    // is writable (a rare state: the client reads nothing).
+                    let registered = self.poll.registry().reregister(
+                        &mut conn.stream,
+                        Token(key),
+                        Interest::READABLE | Interest::WRITABLE,
+                    );
+                    if let Phase::Body { .. } = conn.phase {
+                        conn.deadline = self.timeouts.body.map(|t| self.now + t);
+                    }
+                    if registered.is_err() {
+                        self.close(key);
+                    }
+                    return;
+                }
                 Step::Wait => {
                     // The first byte of a head starts the header timeout; a
                     // body gets the body timeout from its last progress.
@@ -510,6 +582,10 @@ impl EventLoop {
     /// Returns true when the request was answered inline and the
     /// connection can take the next one at once.
     fn dispatch(&mut self, key: usize, ready: Ready) -> bool {
+        if !self.settle_interim(key) {
+            self.head_scratch_return(ready.head);
+            return false;
+        }
         let Some(conn) = self.conns.get_mut(key) else {
             return false;
         };
@@ -643,15 +719,35 @@ impl EventLoop {
         let Some(conn) = self.conns.get_mut(key) else {
             return;
         };
-        let mut out = Vec::with_capacity(256);
-        response::simple(&mut out, http_minor, status, text, false, extra);
+        // Never waits for the socket: what it does not take is flushed as
+        // the client reads, like an inline response, and the linger
+        // follows (a `100 Continue` still waiting goes first).
+        let start = conn.out.len();
+        response::simple(&mut conn.out, http_minor, status, text, false, extra);
+        if start == 0 {
+            conn.out_pos = 0;
+        }
         let fd: RawFd = conn.stream.as_raw_fd();
-        let _ = crate::plugin::exchange::write_all(
-            fd,
-            &mut [io::IoSlice::new(&out)],
-            Some(Duration::from_millis(500)),
-        );
-        self.linger_or_close(key);
+        match crate::plugin::exchange::flush_spilled(fd, &conn.out, &mut conn.out_pos) {
+            Ok(true) => {
+                conn.out.clear();
+                conn.out_pos = 0;
+                self.linger_or_close(key);
+            }
+            Ok(false) => {
+                conn.phase = Phase::Flushing { keep_alive: false };
+                conn.deadline = Some(self.now + LINGER);
+                let registered = self.poll.registry().reregister(
+                    &mut conn.stream,
+                    Token(key),
+                    Interest::READABLE | Interest::WRITABLE,
+                );
+                if registered.is_err() {
+                    self.close(key);
+                }
+            }
+            Err(_) => self.close(key),
+        }
     }
 
     /// Close our side; if the client may still be sending, read and

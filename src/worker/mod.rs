@@ -1,6 +1,17 @@
 //! A worker process: opens the plugin, starts the handler pool, runs the
 //! event loop on the shared listener, drains on SIGTERM, and exits.
 //!
+//! Where plugin code runs (every call goes through `plugin::call::serve`):
+//!
+//! | thread | when | why |
+//! |---|---|---|
+//! | a handler thread (`pool.rs`) | by default | a call may block or compute for long; the loop must keep serving the other connections |
+//! | the event loop's thread: inline calls (`event_loop/inline.rs`) | the plugin declares `M0_CAP_INLINE` (its handler never blocks), is reentrant and uncapped, and `--no-inline` is not given | no hand-off at all; a request it would block on comes back as `M0_DEFER` and goes to the pool |
+//! | the thread leading the loop: loop calls (`loop_calls/`) | any other reentrant, uncapped plugin on a worker with at most one usable CPU of its own, while no handler thread is busy | one thread reads, calls and writes, as bjoern does; a call that blocks for 2 ms or computes for 8 ms has an idle handler thread take the loop over |
+//!
+//! Thread hooks (`thread_start`, `thread_stop`) run on each of those threads
+//! before its first call and after its last.
+//!
 //! A worker always leaves through `_exit`: runtimes inside plugins (CPython)
 //! must not be torn down by atexit handlers while their threads may still run.
 
