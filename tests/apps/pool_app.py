@@ -13,8 +13,8 @@ by the view, so each view makes that one thing the variable.
 /thread   the name of the thread that made the call (m0-loop, m0-handler-N)
 /wait     blocks (GIL released) until /open is requested, at most 30 s
 /open     lets every /wait return
-Each hashing view does a fixed amount of work (about 200 ms, calibrated once
-per process on the first request), never work-until-a-deadline. The
+Each hashing view does a fixed amount of work (about 200 ms of CPU, calibrated
+once per process on the first request), never work-until-a-deadline. The
 /block-* views make the same comparison without computing, so idle CPUs are
 not a second variable: the same libc call, made with and without the GIL.
 """
@@ -43,12 +43,14 @@ _usleep_held = ctypes.PyDLL(None).usleep
 
 
 def _calibrate(buf, target=0.2):
+    # By this thread's CPU time, not the wall clock: on a busy machine the
+    # wall clock would size the work by how much CPU others left us.
     n = 16
     while True:
-        started = time.perf_counter()
+        started = time.thread_time()
         for _ in range(n):
             hashlib.sha256(buf).digest()
-        took = time.perf_counter() - started
+        took = time.thread_time() - started
         if took > 0.05:
             return max(1, int(n * target / took))
         n *= 2
