@@ -391,7 +391,7 @@ fn warnings(j: &serde_json::Value) -> Vec<String> {
 }
 
 #[test]
-fn advice_the_seeds_paid_for_warns_without_failing() {
+fn advice_for_costly_setups_warns_without_failing() {
     let wsgi = wsgi_http::plugin().display().to_string();
     let apps = repo_root().join("tests/apps").display().to_string();
     let local = ["--host", "127.0.0.1", "--port", "0"];

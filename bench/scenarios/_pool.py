@@ -2,7 +2,7 @@
 against fixed sizes 1, 2, 4, 8 on one WSGI view, one worker pinned to CPU 0,
 wrk on CPU 1 at 8 and 64 connections, alternated in one run.
 
-Issue 5's target: the adaptive pool reaches at least 0.95x the best fixed
+The target (SPEC P9): the adaptive pool reaches at least 0.95x the best fixed
 size's req/s on every view, with a p99 no worse than the best fixed size's
 by more than 10%.
 

@@ -1,7 +1,7 @@
 //! Accept sharing: every connection lands on the least-loaded worker.
 //!
 //! All workers wait on one listener, and whichever wakes first accepts the
-//! whole burst (the seeds: 31 of 32 connections on one worker). So the
+//! whole burst (31 of 32 connections on one worker, measured). So the
 //! worker that accepts a connection passes it to the least-loaded sibling
 //! whose load is strictly below its own, over that sibling's SOCK_SEQPACKET
 //! channel with SCM_RIGHTS. Load = open connections + connections handed

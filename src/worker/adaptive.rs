@@ -162,8 +162,8 @@ pub struct Controller {
     probe: Option<Probe>,
     cooldown: Duration,
     next_probe: Instant,
-    /// A step up while the CPUs are saturated rarely pays (the seeds: 31%
-    /// lost to eight threads on a GIL view), so it is tried at most once
+    /// A step up while the CPUs are saturated rarely pays (eight threads
+    /// lost 31% of the throughput of one on a GIL-holding view), so it is tried at most once
     /// per `COOLDOWN_MAX`: each trial costs the p99 of its window.
     next_saturated_up: Instant,
     /// Which way the next probe goes when both are possible.
@@ -538,7 +538,8 @@ mod tests {
     #[test]
     fn a_lock_holding_view_on_one_cpu_settles_on_one_thread() {
         // Every thread past the first only waits for the lock and costs a
-        // little in switches (the seeds: eight threads cost 31%).
+        // little in switches (eight threads were
+        // measured to cost 31%).
         let view = View {
             cpus: 1,
             capacity: |n| 2200.0 * (1.0 - 0.03 * (n - 1) as f64),

@@ -3,7 +3,8 @@
 //!
 //! The plugin's declaration comes first. A plugin that holds a process-wide
 //! lock for the whole call (a GIL) gains nothing from many threads and
-//! loses to contention (the seeds: eight threads cost 31% of throughput), so
+//! loses to contention (eight threads were measured to cost 31% of the
+//! throughput of one), so
 //! it starts at 2: one in the call, one ready to take the lock the moment it
 //! is free. A reentrant native plugin starts at the usable CPUs divided by
 //! the threads each call computes with. `--blocking-threads` overrides both
