@@ -555,7 +555,7 @@ struct PoolIdle<'a> {
 
 impl<'a> PoolIdle<'a> {
     fn into_guard(mut self) -> MutexGuard<'a, Queue> {
-        self.q.take().unwrap_or_else(|| lock(&self.shared.queue))
+        self.guard()
     }
 
     fn guard(&mut self) -> MutexGuard<'a, Queue> {
