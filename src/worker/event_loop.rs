@@ -735,16 +735,8 @@ impl EventLoop {
                 self.linger_or_close(key);
             }
             Ok(false) => {
-                conn.phase = Phase::Flushing { keep_alive: false };
-                conn.deadline = Some(self.now + LINGER);
-                let registered = self.poll.registry().reregister(
-                    &mut conn.stream,
-                    Token(key),
-                    Interest::READABLE | Interest::WRITABLE,
-                );
-                if registered.is_err() {
-                    self.close(key);
-                }
+                let deadline = Some(self.now + LINGER);
+                self.flush_when_writable(key, false, deadline);
             }
             Err(_) => self.close(key),
         }

@@ -655,20 +655,12 @@ mod tests {
         STOPPED.fetch_add(1, Ordering::SeqCst);
     }
 
-    #[test]
-    fn shrinking_retires_only_the_surplus() {
+    fn test_pool(threads: usize, calls: Calls) -> Pool {
         let poll = mio::Poll::new().unwrap();
         let waker = mio::Waker::new(poll.registry(), mio::Token(0)).unwrap();
-        let calls = Calls {
-            handle: never_called,
-            thread_start: None,
-            thread_stop: Some(slow_stop),
-            shutdown: None,
-            state: std::ptr::null_mut(),
-        };
-        let mut pool = Pool::start(
+        Pool::start(
             PoolSettings {
-                threads: 4,
+                threads,
                 capacity: 16,
                 calls,
                 server_ip: "127.0.0.1".into(),
@@ -677,7 +669,19 @@ mod tests {
                 write_timeout: None,
             },
             waker,
-        );
+        )
+    }
+
+    #[test]
+    fn shrinking_retires_only_the_surplus() {
+        let calls = Calls {
+            handle: never_called,
+            thread_start: None,
+            thread_stop: Some(slow_stop),
+            shutdown: None,
+            state: std::ptr::null_mut(),
+        };
+        let mut pool = test_pool(4, calls);
         // Let all four threads park, then ask for one.
         while lock(&pool.shared.queue).idle < 4 {
             std::thread::sleep(Duration::from_millis(5));
@@ -718,8 +722,6 @@ mod tests {
 
     #[test]
     fn thread_indices_are_reused_and_stay_below_the_largest_size() {
-        let poll = mio::Poll::new().unwrap();
-        let waker = mio::Waker::new(poll.registry(), mio::Token(0)).unwrap();
         let calls = Calls {
             handle: never_called,
             thread_start: Some(track_start),
@@ -727,18 +729,7 @@ mod tests {
             shutdown: None,
             state: std::ptr::null_mut(),
         };
-        let mut pool = Pool::start(
-            PoolSettings {
-                threads: 2,
-                capacity: 16,
-                calls,
-                server_ip: "127.0.0.1".into(),
-                server_port: 0,
-                worker_index: 0,
-                write_timeout: None,
-            },
-            waker,
-        );
+        let mut pool = test_pool(2, calls);
         let settled = |pool: &Pool, n: usize| {
             while pool.size() != (n, n) || lock(&pool.shared.queue).retiring > 0 {
                 std::thread::sleep(Duration::from_millis(2));

@@ -76,10 +76,24 @@ impl EventLoop {
         // The socket is full: keep the rest and go on when it drains.
         std::mem::swap(&mut conn.out, &mut inline.spilled);
         conn.out_pos = 0;
-        conn.phase = Phase::Flushing {
-            keep_alive: outcome.keep_alive,
+        let deadline = self.timeouts.idle.map(|t| self.now + t);
+        self.flush_when_writable(key, outcome.keep_alive, deadline);
+        false
+    }
+
+    /// The connection's `out` holds bytes the socket did not take: send
+    /// them as it drains (by `deadline`), then go on as `keep_alive` says.
+    pub(super) fn flush_when_writable(
+        &mut self,
+        key: usize,
+        keep_alive: bool,
+        deadline: Option<Instant>,
+    ) {
+        let Some(conn) = self.conns.get_mut(key) else {
+            return;
         };
-        conn.deadline = self.timeouts.idle.map(|t| self.now + t);
+        conn.phase = Phase::Flushing { keep_alive };
+        conn.deadline = deadline;
         let registered = self.poll.registry().reregister(
             &mut conn.stream,
             Token(key),
@@ -88,7 +102,6 @@ impl EventLoop {
         if registered.is_err() {
             self.close(key);
         }
-        false
     }
 
     /// Send more of a connection's spilled response.
