@@ -435,7 +435,48 @@ pub type M0InitFn = unsafe extern "C" fn(
 pub const DESCRIBE_SYMBOL: &str = "m0_plugin_describe";
 pub const INIT_SYMBOL: &str = "m0_plugin_init";
 
-/// The smallest `M0PluginInfo` a v1 plugin can have (up to `max_batch`).
-pub const MIN_PLUGIN_INFO_SIZE: u32 = core::mem::size_of::<M0PluginInfo>() as u32;
-/// The smallest `M0PluginCalls` a v1 plugin can have (up to `shutdown`).
-pub const MIN_PLUGIN_CALLS_SIZE: u32 = core::mem::size_of::<M0PluginCalls>() as u32;
+// ---------------------------------------------------------------------------
+// Sizes. A struct only grows at the end, so the 1.0 end of each struct is the
+// least a reader may be handed, and is frozen: a minimum that followed the
+// current size would refuse every plugin (or host) built before the newest
+// field. Past the 1.0 end a reader checks each field with `covers`.
+// ---------------------------------------------------------------------------
+
+/// Whether a struct whose writer declared `size` bytes holds a field that
+/// ends at byte `end` (its `offset_of!` plus its `size_of`). A reader uses a
+/// field added after 1.0 only when this holds; fields up to the 1.0 end are
+/// covered by the minimum sizes below.
+pub const fn covers(size: u32, end: usize) -> bool {
+    size as usize >= end
+}
+
+/// The smallest `M0PluginInfo` accepted: the end of `max_batch`, its last
+/// 1.0 field (56 bytes on 64-bit targets).
+pub const MIN_PLUGIN_INFO_SIZE: u32 =
+    (core::mem::offset_of!(M0PluginInfo, max_batch) + size_of::<u32>()) as u32;
+/// The smallest `M0PluginCalls` accepted: the end of `shutdown`, its last
+/// 1.0 field (48 bytes on 64-bit targets).
+pub const MIN_PLUGIN_CALLS_SIZE: u32 =
+    (core::mem::offset_of!(M0PluginCalls, shutdown) + size_of::<Option<M0ShutdownFn>>()) as u32;
+/// The smallest `M0Host` a plugin may be handed: the end of `counter_add`,
+/// its last 1.0 function (80 bytes on 64-bit targets). A plugin needs no
+/// more than this unless it uses a later function, which it checks with
+/// `covers`.
+pub const MIN_HOST_SIZE: u32 = (core::mem::offset_of!(M0Host, counter_add)
+    + size_of::<unsafe extern "C" fn(u32, u64)>()) as u32;
+
+// The minimums are the 1.0 layouts, whatever is added after them.
+#[cfg(target_pointer_width = "64")]
+const _: () =
+    assert!(MIN_PLUGIN_INFO_SIZE == 56 && MIN_PLUGIN_CALLS_SIZE == 48 && MIN_HOST_SIZE == 80);
+#[cfg(target_pointer_width = "32")]
+const _: () =
+    assert!(MIN_PLUGIN_INFO_SIZE == 48 && MIN_PLUGIN_CALLS_SIZE == 24 && MIN_HOST_SIZE == 44);
+const _: () = assert!(MIN_PLUGIN_INFO_SIZE as usize <= size_of::<M0PluginInfo>());
+const _: () = assert!(MIN_PLUGIN_CALLS_SIZE as usize <= size_of::<M0PluginCalls>());
+const _: () = assert!(MIN_HOST_SIZE as usize <= size_of::<M0Host>());
+// The field types the sizes above are computed with: a field whose type
+// changes fails to compile here instead of moving a minimum silently.
+const _: fn(&M0PluginInfo) -> &u32 = |info| &info.max_batch;
+const _: fn(&M0PluginCalls) -> &Option<M0ShutdownFn> = |calls| &calls.shutdown;
+const _: fn(&M0Host) -> &unsafe extern "C" fn(u32, u64) = |host| &host.counter_add;

@@ -212,13 +212,14 @@ impl Plugin {
         let size = unsafe { (*calls).size };
         if size < abi::MIN_PLUGIN_CALLS_SIZE {
             return Err(PluginError::refused(format!(
-                "plugin {name}'s M0PluginCalls is {size} bytes, smaller than ABI v1's {}; rebuild it against this \
+                "plugin {name}'s M0PluginCalls is {size} bytes, smaller than ABI 1.0's {}; rebuild it against this \
                  m0serve's include/m0serve.h",
                 abi::MIN_PLUGIN_CALLS_SIZE
             )));
         }
-        // SAFETY: the size check above covers every field read here.
-        let table = unsafe { &*calls };
+        // SAFETY: the plugin's table is `size` bytes long (it says so), and an
+        // all-zero M0PluginCalls is valid (every entry point absent).
+        let table = unsafe { copy_declared(calls, size) };
         let Some(handle) = table.handle else {
             return Err(PluginError::refused(format!(
                 "plugin {name}'s calls table has no handle function"
@@ -268,11 +269,88 @@ fn check_info(path: &Path, info: *const abi::M0PluginInfo) -> Result<Descriptor,
     }
     if size < abi::MIN_PLUGIN_INFO_SIZE {
         return Err(PluginError::refused(format!(
-            "plugin {shown}'s M0PluginInfo is {size} bytes, smaller than ABI v1's {}: rebuild it against this \
+            "plugin {shown}'s M0PluginInfo is {size} bytes, smaller than ABI 1.0's {}: rebuild it against this \
              m0serve's include/m0serve.h",
             abi::MIN_PLUGIN_INFO_SIZE
         )));
     }
-    // SAFETY: the size check covers the whole v1 struct.
-    Ok(Descriptor::from_info(unsafe { &*info }))
+    // SAFETY: the descriptor is `size` bytes long (it says so), and an
+    // all-zero M0PluginInfo is valid (null strings, everything undeclared).
+    let info = unsafe { copy_declared(info, size) };
+    Ok(Descriptor::from_info(&info))
+}
+
+/// A copy of a plugin's struct made of the bytes its `size` says it has,
+/// at most our own `size_of`: a plugin built against an older minor has a
+/// shorter struct, and reading our whole struct from it would read past its
+/// end. The fields it lacks stay zero, which the ABI reads as undeclared.
+///
+/// # Safety
+/// `src` points to at least `size` readable bytes, and a `T` of all zero
+/// bytes is valid (true of M0PluginInfo and M0PluginCalls: integers, raw
+/// pointers and optional function pointers).
+unsafe fn copy_declared<T>(src: *const T, size: u32) -> T {
+    let len = (size as usize).min(std::mem::size_of::<T>());
+    let mut out = std::mem::MaybeUninit::<T>::zeroed();
+    // SAFETY: `len` bytes are readable at `src` (caller) and writable in
+    // `out`; all-zero bytes with any prefix copied over form a valid T
+    // (caller), so `assume_init` is sound.
+    unsafe {
+        std::ptr::copy_nonoverlapping(src.cast::<u8>(), out.as_mut_ptr().cast::<u8>(), len);
+        out.assume_init()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::copy_declared;
+
+    /// A struct one field longer than its writer knew, as a descriptor of
+    /// a later minor would be to a plugin built before it.
+    #[repr(C)]
+    #[derive(Debug, PartialEq)]
+    struct Grown {
+        size: u32,
+        old: u32,
+        added: u64,
+    }
+
+    #[test]
+    fn a_shorter_struct_is_copied_up_to_its_size_and_the_rest_reads_zero() {
+        // Exactly the bytes the older writer had, in a box of that size, so
+        // a read past them would be out of bounds (and caught by Miri or a
+        // sanitizer).
+        let older: Box<[u32; 2]> = Box::new([8, 7]);
+        // SAFETY: 8 readable bytes at the pointer, and an all-zero Grown is valid.
+        let copy = unsafe { copy_declared(older.as_ptr().cast::<Grown>(), 8) };
+        assert_eq!(
+            copy,
+            Grown {
+                size: 8,
+                old: 7,
+                added: 0
+            }
+        );
+    }
+
+    #[test]
+    fn a_longer_struct_is_copied_up_to_our_size() {
+        #[repr(C)]
+        struct Newer {
+            known: Grown,
+            later: u64,
+        }
+        let newer = Newer {
+            known: Grown {
+                size: 24,
+                old: 5,
+                added: 9,
+            },
+            later: 0xdead,
+        };
+        // SAFETY: 24 readable bytes, of which we take our 16.
+        let copy = unsafe { copy_declared((&raw const newer).cast::<Grown>(), 24) };
+        assert_eq!((copy.size, copy.old, copy.added), (24, 5, 9));
+        assert_eq!(newer.later, 0xdead);
+    }
 }

@@ -4,7 +4,7 @@ use std::sync::OnceLock;
 
 use m0serve_abi::{
     M0_COUNTER_LOCK_WAIT_NS, M0_COUNTER_LOCK_WAITS, M0_LOG_DEBUG, M0_LOG_ERROR, M0_LOG_INFO,
-    M0_LOG_WARN, M0Header, M0Host, M0Request, M0Response,
+    M0_LOG_WARN, M0Header, M0Host, M0Request, M0Response, MIN_HOST_SIZE,
 };
 
 /// The host functions this plugin uses. Copied out of the `M0Host` table so
@@ -23,9 +23,6 @@ pub struct Host {
 
 static HOST: OnceLock<Host> = OnceLock::new();
 
-/// The smallest `M0Host` this plugin can use: it needs every v1.0 function.
-const MIN_HOST_SIZE: usize = std::mem::size_of::<M0Host>();
-
 impl Host {
     /// Copies the table. Fails when the host's table is too short.
     ///
@@ -35,33 +32,39 @@ impl Host {
         if host.is_null() {
             return Err("wsgi: the host passed no function table".into());
         }
-        // SAFETY: non-null, and the caller guarantees it points to an M0Host
-        // at least `size` bytes long; we read `size` first, then only fields
-        // that `size` covers.
-        let table = unsafe { &*host };
-        if (table.size as usize) < MIN_HOST_SIZE {
+        // SAFETY: non-null, and the caller guarantees that `size` bytes of
+        // M0Host are readable there; `size` is the first field of every
+        // version.
+        let size = unsafe { (*host).size };
+        if size < MIN_HOST_SIZE {
             return Err(format!(
-                "wsgi: the host's function table is {} bytes, this plugin needs {MIN_HOST_SIZE}",
-                table.size
+                "wsgi: the host's function table is {size} bytes, this plugin needs {MIN_HOST_SIZE}"
             ));
         }
-        if table.abi_major != m0serve_abi::M0_ABI_MAJOR {
+        // The table is read field by field through the pointer, never as a
+        // whole `&M0Host`: an older host's table is shorter than ours.
+        // SAFETY: the size check covers every 1.0 field.
+        let major = unsafe { (*host).abi_major };
+        if major != m0serve_abi::M0_ABI_MAJOR {
             return Err(format!(
-                "wsgi: host ABI major {} differs from the plugin's {}",
-                table.abi_major,
+                "wsgi: host ABI major {major} differs from the plugin's {}",
                 m0serve_abi::M0_ABI_MAJOR
             ));
         }
-        Ok(HOST.get_or_init(|| Host {
-            log: table.log,
-            response_start: table.response_start,
-            response_write: table.response_write,
-            response_finish: table.response_finish,
-            response_send: table.response_send,
-            body_read: table.body_read,
-            now_ns: table.now_ns,
-            counter_add: table.counter_add,
-        }))
+        // SAFETY: as above, every field read here is a 1.0 function.
+        let table = unsafe {
+            Host {
+                log: (*host).log,
+                response_start: (*host).response_start,
+                response_write: (*host).response_write,
+                response_finish: (*host).response_finish,
+                response_send: (*host).response_send,
+                body_read: (*host).body_read,
+                now_ns: (*host).now_ns,
+                counter_add: (*host).counter_add,
+            }
+        };
+        Ok(HOST.get_or_init(|| table))
     }
 
     /// The installed table. Only called after a successful init.
