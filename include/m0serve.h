@@ -5,6 +5,14 @@
  * A plugin includes this header only, exports m0_plugin_describe and
  * m0_plugin_init (mark them M0_EXPORT and build with -fvisibility=hidden),
  * and reaches the server only through the M0Host table it gets at init.
+ *
+ * ABI changelog
+ * What each minor added; a minor only adds, and a struct grows only at
+ * its end.
+ * - 1.0: the first version.
+ * - 1.1: M0_CAP_INLINE, M0Request.flags with M0_REQ_ON_LOOP, and the
+ *   M0_DEFER return code: a plugin whose handler does not block may be
+ *   called on the event-loop thread.
  */
 
 #ifndef M0SERVE_H

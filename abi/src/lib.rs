@@ -26,9 +26,16 @@
 //! accepts a plugin built for the same or an older minor, and refuses a newer
 //! one (it may call host functions this host does not have).
 //!
-//! Changelog: 1.0: first version. 1.1: `M0_CAP_INLINE`, `M0Request::flags`
-//! with `M0_REQ_ON_LOOP`, and the `M0_DEFER` return code: a plugin whose
-//! handler does not block may be called on the event-loop thread.
+//! # Changelog
+//! What each minor added; a minor only adds, and a struct grows only at
+//! its end.
+//! - 1.0: the first version.
+//! - 1.1: `M0_CAP_INLINE`, `M0Request.flags` with `M0_REQ_ON_LOOP`, and the
+//!   `M0_DEFER` return code: a plugin whose handler does not block may be
+//!   called on the event-loop thread.
+//!
+//! This section is the only copy: `abi/tests/header.rs` puts it at the top
+//! of `include/m0serve.h`.
 #![no_std]
 
 use core::ffi::{c_char, c_void};
