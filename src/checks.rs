@@ -163,11 +163,9 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
     let path = match path.map(Ok).unwrap_or_else(|| resolve(spec)) {
         Ok(p) => p,
         Err(e) => {
-            let fix = if e.exit_code == 2 {
-                "name a plugin with --plugin"
-            } else {
-                "build the plugin or fix the path"
-            };
+            let fix = e
+                .fix
+                .unwrap_or_else(|| "build the plugin or fix the path".into());
             f.push(Check::fail("plugin", e.exit_code, e.message, fix));
             return f;
         }
@@ -191,14 +189,10 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
     let descriptor = match report.descriptor {
         Ok(d) => d,
         Err(e) => {
-            // The loader's refusals end with their own fix (rebuild, or
-            // upgrade m0serve).
-            let (detail, fix) = detail_and_fix(
-                e.message,
-                &[": rebuild", "; rebuild", ": upgrade m0serve"],
-                "rebuild the plugin against include/m0serve.h",
-            );
-            f.push(Check::fail("plugin-abi", e.exit_code, detail, fix));
+            let fix = e
+                .fix
+                .unwrap_or_else(|| "rebuild the plugin against include/m0serve.h".into());
+            f.push(Check::fail("plugin-abi", e.exit_code, e.message, fix));
             return f;
         }
     };
@@ -211,11 +205,13 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
     ));
     match report.init {
         Some(Err(e)) => {
-            let fix = if e.exit_code == 78 {
-                "change the configuration the plugin names"
-            } else {
-                "fix the application or its arguments"
-            };
+            let fix = e.fix.unwrap_or_else(|| {
+                if e.exit_code == 78 {
+                    "change the configuration the plugin names".into()
+                } else {
+                    "fix the application or its arguments".into()
+                }
+            });
             f.push(Check::fail("plugin-init", e.exit_code, e.message, fix));
             f.descriptor = Some(descriptor);
             return f;

@@ -301,6 +301,56 @@ fn doctor_reports_python_for_the_wsgi_plugin() {
 }
 
 #[test]
+fn doctor_reports_the_loaders_fix_apart_from_the_problem() {
+    // (plugin defect, failed check, what the detail says, the fix)
+    let cases = [
+        (
+            "major2",
+            "-DABI_MAJOR=2",
+            "plugin-abi",
+            "built for m0serve ABI 2.",
+            "rebuild the plugin",
+        ),
+        (
+            "minor9",
+            "-DABI_MINOR=9",
+            "plugin-abi",
+            "needs m0serve ABI 1.9",
+            "upgrade m0serve",
+        ),
+        // Found by init, which the doctor runs in its probe: the fix
+        // crosses the probe's stdout as its own line.
+        (
+            "calls8",
+            "-DCALLS_SIZE=8",
+            "plugin-init",
+            "M0PluginCalls is 8 bytes",
+            "rebuild the plugin",
+        ),
+    ];
+    for (name, define, check, detail, fix) in cases {
+        let p = bad_plugin(&format!("doctor_fix_{name}"), &[define])
+            .display()
+            .to_string();
+        let (code, j) = doctor(&strings(&["--plugin", &p, "--port", "0"]));
+        assert_eq!(code, 78, "{name}: {j:#}");
+        let failed = j["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["ok"] == false)
+            .unwrap_or_else(|| panic!("{name}: no failed check: {j:#}"));
+        assert_eq!(failed["name"], check, "{name}: {j:#}");
+        let (d, f) = (
+            failed["detail"].as_str().unwrap(),
+            failed["fix"].as_str().unwrap(),
+        );
+        assert!(d.contains(detail) && !d.contains(fix), "{name}: {failed}");
+        assert!(f.starts_with(fix), "{name}: {failed}");
+    }
+}
+
+#[test]
 fn doctor_never_listens_and_names_a_taken_port() {
     let hello = plugin("hello_c").display().to_string();
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();

@@ -154,6 +154,23 @@ fn too_small_descriptor_is_refused_with_78() {
 }
 
 #[test]
+fn too_small_calls_table_is_refused_by_the_worker_with_problem_and_fix() {
+    // The calls table comes from init, which only a worker runs: the
+    // worker's error line says what is wrong and what to do, once each.
+    let (code, err) = refused(&bad_plugin("small_calls", &["-DCALLS_SIZE=8"]));
+    assert_eq!(code, 78, "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.contains("M0PluginCalls is 8 bytes"))
+        .unwrap_or_else(|| panic!("no worker error line:\n{err}"));
+    assert!(
+        line.contains("smaller than ABI 1.0's 48; rebuild the plugin against"),
+        "{line}"
+    );
+    assert_eq!(line.matches("rebuild").count(), 1, "{line}");
+}
+
+#[test]
 fn init_refusal_is_78_and_init_failure_is_1_with_the_plugins_message() {
     let (code, err) = refused(&bad_plugin("refuses", &["-DINIT_REFUSES"]));
     assert_eq!(code, 78, "{err}");

@@ -3,10 +3,12 @@
 //! The supervisor must never load application code, and the doctor must
 //! survive a plugin that crashes or hangs when opened. Both run this binary
 //! again as a throwaway child (`M0_PROBE_PLUGIN=path`), which opens the
-//! plugin, prints its descriptor as `key=value` lines and exits. For the
+//! plugin, prints its descriptor as `key=value` lines and exits (a refusal
+//! as `error=`, and its fix as `error_fix=`). For the
 //! doctor the child also runs the plugin's init with the real arguments
 //! (`M0_PROBE_INIT=1`), so an application that fails to import is found
-//! without serving anything.
+//! without serving anything (a failure as `init_error=CODE<tab>MESSAGE`, and
+//! its fix as `init_fix=`).
 
 use std::io::Read;
 use std::path::Path;
@@ -36,6 +38,9 @@ pub fn run_child(path: &Path) -> ! {
         Ok(plugin) => plugin,
         Err(e) => {
             println!("error={}", e.message.replace('\n', " "));
+            if let Some(fix) = &e.fix {
+                println!("error_fix={}", fix.replace('\n', " "));
+            }
             crate::worker::exit_now(e.exit_code)
         }
     };
@@ -43,11 +48,16 @@ pub fn run_child(path: &Path) -> ! {
     if std::env::var_os(PROBE_INIT_ENV).is_some() {
         match init_in_child(&plugin) {
             Ok(()) => println!("init=ok"),
-            Err(e) => println!(
-                "init_error={}\t{}",
-                e.exit_code,
-                e.message.replace('\n', " | ")
-            ),
+            Err(e) => {
+                println!(
+                    "init_error={}\t{}",
+                    e.exit_code,
+                    e.message.replace('\n', " | ")
+                );
+                if let Some(fix) = &e.fix {
+                    println!("init_fix={}", fix.replace('\n', " | "));
+                }
+            }
         }
     }
     crate::worker::exit_now(0)
@@ -57,6 +67,7 @@ fn init_in_child(plugin: &Plugin) -> Result<(), PluginError> {
     let cli = crate::config::Cli::try_parse().map_err(|e| PluginError {
         exit_code: 2,
         message: e.to_string(),
+        fix: None,
     })?;
     let cfg = crate::config::Config::from_cli(cli);
     let usable = crate::topology::usable_cpus();
@@ -81,6 +92,7 @@ fn run_probe(path: &Path, timeout: Duration, with_init: bool) -> Report {
         descriptor: Err(PluginError {
             exit_code: EXIT_STARTUP,
             message,
+            fix: None,
         }),
         init: None,
         log: String::new(),
@@ -140,12 +152,14 @@ fn run_probe(path: &Path, timeout: Duration, with_init: bool) -> Report {
     let log = stderr_reader
         .and_then(|h| h.join().ok())
         .unwrap_or_default();
-    if let Some(message) = text.lines().find_map(|l| l.strip_prefix("error=")) {
+    let line = |key: &str| text.lines().find_map(|l| l.strip_prefix(key));
+    if let Some(message) = line("error=") {
         let exit_code = status.code().unwrap_or(EXIT_STARTUP);
         return Report {
             descriptor: Err(PluginError {
                 exit_code,
                 message: message.to_string(),
+                fix: line("error_fix=").map(str::to_string),
             }),
             init: None,
             log,
@@ -160,6 +174,7 @@ fn run_probe(path: &Path, timeout: Duration, with_init: bool) -> Report {
         Some(Err(PluginError {
             exit_code: code.parse().unwrap_or(EXIT_STARTUP),
             message: message.to_string(),
+            fix: line("init_fix=").map(str::to_string),
         }))
     });
     match descriptor {
@@ -192,6 +207,7 @@ fn run_probe(path: &Path, timeout: Duration, with_init: bool) -> Report {
                     init: Some(Err(PluginError {
                         exit_code: EXIT_STARTUP,
                         message,
+                        fix: None,
                     })),
                     log,
                 },
@@ -199,6 +215,7 @@ fn run_probe(path: &Path, timeout: Duration, with_init: bool) -> Report {
                     descriptor: Err(PluginError {
                         exit_code: EXIT_STARTUP,
                         message,
+                        fix: None,
                     }),
                     init: None,
                     log,

@@ -16,6 +16,9 @@
 #ifndef INFO_SIZE
 #define INFO_SIZE sizeof(M0PluginInfo)
 #endif
+#ifndef CALLS_SIZE
+#define CALLS_SIZE sizeof(M0PluginCalls)
+#endif
 
 static const M0PluginInfo info = {
     .size = INFO_SIZE,
@@ -37,7 +40,7 @@ static int32_t handle(void *s, const M0Request *r, M0Response *resp) {
     return M0_ERR_INTERNAL;
 }
 
-static const M0PluginCalls calls = {.size = sizeof(M0PluginCalls), .handle = handle};
+static const M0PluginCalls calls = {.size = CALLS_SIZE, .handle = handle};
 #endif
 
 #ifdef CRASH_AT_LOAD
