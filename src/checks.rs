@@ -78,9 +78,19 @@ pub struct Findings {
     pub usable_cpus: usize,
     /// What the plugin logged while the doctor's probe ran its init.
     pub plugin_log: String,
+    /// The facts the plugin stated in that init (`M0Host::fact`).
+    pub facts: Vec<(String, String)>,
 }
 
 impl Findings {
+    /// The value of the fact the plugin stated under `key`.
+    pub fn fact(&self, key: &str) -> Option<&str> {
+        self.facts
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
     /// The first failed check.
     pub fn failure(&self) -> Option<&Check> {
         self.checks.iter().find(|c| !c.ok)
@@ -183,9 +193,11 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
             descriptor: probe::probe(&path, PROBE_TIMEOUT),
             init: None,
             log: String::new(),
+            facts: Vec::new(),
         }
     };
     f.plugin_log = report.log;
+    f.facts = report.facts;
     let descriptor = match report.descriptor {
         Ok(d) => d,
         Err(e) => {
@@ -253,11 +265,9 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
     f.mode = Some(mode);
 
     let fork_unsafe = f
-        .plugin_log
-        .lines()
-        .filter_map(|l| l.split("\tfork_unsafe=").nth(1))
-        .map(|v| v.trim().to_string())
-        .find(|v| !v.is_empty());
+        .fact("python.fork_unsafe_modules")
+        .filter(|v| !v.is_empty())
+        .map(str::to_string);
     if let (Some(modules), Some((Mode::Fork, _))) = (fork_unsafe, &f.mode) {
         f.push(Check::warn(
             "fork-unsafe-runtime",

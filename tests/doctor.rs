@@ -281,6 +281,30 @@ fn doctor_reports_python_for_the_wsgi_plugin() {
         py["resolved"].as_str().unwrap().contains("function"),
         "{py:#}"
     );
+    // The object is built from the python.* facts the plugin states at
+    // init through M0Host.fact (ABI 1.2), with the members it always had.
+    let mut members: Vec<&str> = py.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+    members.sort_unstable();
+    assert_eq!(
+        members,
+        [
+            "app",
+            "app_imports",
+            "base_prefix",
+            "executable",
+            "fork_unsafe",
+            "libpython",
+            "prefix",
+            "resolved",
+            "venv",
+            "version"
+        ],
+        "{py:#}"
+    );
+    let facts = &j["plugin"]["facts"];
+    assert_eq!(facts["python.version"], py["version"], "{j:#}");
+    assert_eq!(facts["python.app"], "conformance:application", "{j:#}");
+    assert_eq!(facts["python.fork_unsafe_modules"], "", "{j:#}");
     assert_eq!(j["plugin"]["process_lock"], "held");
     // Loop calls where each worker has at most one CPU of its own.
     let usable = j["topology"]["usable_cpus"].as_u64().unwrap();
@@ -298,6 +322,35 @@ fn doctor_reports_python_for_the_wsgi_plugin() {
         j["topology"]["loop_calls_reason"],
         "turned off with --no-inline"
     );
+}
+
+#[test]
+fn doctor_reports_the_facts_a_plugin_states_at_init() {
+    let p = bad_plugin("doctor_facts", &["-DSTATES_FACTS"])
+        .display()
+        .to_string();
+    let out = cmd(&strings(&["--plugin", &p, "--port", "0", "--doctor"]))
+        .output()
+        .expect("run --doctor");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let j: serde_json::Value = serde_json::from_str(text.trim()).expect("JSON");
+    let facts = j["plugin"]["facts"].as_object().expect("plugin.facts");
+    // Newlines and backslashes cross the probe's line protocol intact; the
+    // malformed keys were refused with M0_ERR_INVALID and never recorded;
+    // a key stated twice keeps its place and its last value.
+    assert_eq!(facts["bad.escaped"], "one\ntwo\rthree\\four", "{j:#}");
+    assert_eq!(facts["bad.malformed_keys_refused"], "yes", "{j:#}");
+    assert_eq!(facts["bad.replaced"], "second", "{j:#}");
+    assert_eq!(facts.len(), 3, "{j:#}");
+    let at = |key: &str| text.find(&format!("\"{key}\"")).unwrap();
+    assert!(
+        at("bad.replaced") < at("bad.escaped")
+            && at("bad.escaped") < at("bad.malformed_keys_refused"),
+        "facts keep the order first stated: {text}"
+    );
+    // No python.* fact, so no python object.
+    assert!(j.get("python").is_none(), "{j:#}");
 }
 
 #[test]

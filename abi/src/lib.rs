@@ -33,6 +33,9 @@
 //! - 1.1: `M0_CAP_INLINE`, `M0Request.flags` with `M0_REQ_ON_LOOP`, and the
 //!   `M0_DEFER` return code: a plugin whose handler does not block may be
 //!   called on the event-loop thread.
+//! - 1.2: `M0Host.fact`: a plugin states facts about how it will run (its
+//!   runtime's version, modules that do not survive `fork()`), which
+//!   `m0serve --doctor` reports and the startup checks read.
 //!
 //! This section is the only copy: `abi/tests/header.rs` puts it at the top
 //! of `include/m0serve.h`.
@@ -43,7 +46,7 @@ use core::ffi::{c_char, c_void};
 /// Major ABI version: a plugin built for another major is refused.
 pub const M0_ABI_MAJOR: u32 = 1;
 /// Minor ABI version: grows with additive changes.
-pub const M0_ABI_MINOR: u32 = 1;
+pub const M0_ABI_MINOR: u32 = 2;
 
 // ---------------------------------------------------------------------------
 // Return codes. Stable, never reused. Negative codes from `handle` map to an
@@ -340,6 +343,23 @@ pub struct M0Host {
     pub now_ns: unsafe extern "C" fn() -> u64,
     /// Add `value` to one of the `M0_COUNTER_*` counters of this worker.
     pub counter_add: unsafe extern "C" fn(counter: u32, value: u64),
+    /// 1.2: State a fact about how the plugin will run, for `m0serve
+    /// --doctor` and the startup checks. `key` is a dotted lowercase name
+    /// (`a-z`, `0-9` and `_` in parts joined by dots, beginning with a
+    /// letter, at most 64 bytes), named after the plugin or its runtime:
+    /// `python.version`, `python.fork_unsafe_modules`. `value` is text
+    /// (bytes that are not UTF-8 are replaced). A later fact with the same
+    /// key replaces the earlier one. Returns `M0_OK`, or `M0_ERR_INVALID`
+    /// for a malformed key or a NULL pointer with a non-zero length.
+    /// Usually called during init; callable from any thread. Present only
+    /// when `size` covers it: a host older than 1.2 has no `fact` (in C,
+    /// check `host->size >= offsetof(M0Host, fact) + sizeof host->fact`).
+    pub fact: unsafe extern "C" fn(
+        key: *const u8,
+        key_len: usize,
+        value: *const u8,
+        value_len: usize,
+    ) -> i32,
 }
 
 /// What the host tells the plugin at init.
@@ -472,6 +492,11 @@ pub const MIN_PLUGIN_CALLS_SIZE: u32 =
 pub const MIN_HOST_SIZE: u32 = (core::mem::offset_of!(M0Host, counter_add)
     + size_of::<unsafe extern "C" fn(u32, u64)>()) as u32;
 
+/// The end of `M0Host::fact` (1.2): a plugin calls `fact` only when
+/// `covers(host.size, HOST_FACT_END)`.
+pub const HOST_FACT_END: usize = core::mem::offset_of!(M0Host, fact)
+    + size_of::<unsafe extern "C" fn(*const u8, usize, *const u8, usize) -> i32>();
+
 // The minimums are the 1.0 layouts, whatever is added after them.
 #[cfg(target_pointer_width = "64")]
 const _: () =
@@ -487,3 +512,7 @@ const _: () = assert!(MIN_HOST_SIZE as usize <= size_of::<M0Host>());
 const _: fn(&M0PluginInfo) -> &u32 = |info| &info.max_batch;
 const _: fn(&M0PluginCalls) -> &Option<M0ShutdownFn> = |calls| &calls.shutdown;
 const _: fn(&M0Host) -> &unsafe extern "C" fn(u32, u64) = |host| &host.counter_add;
+const _: fn(&M0Host) -> &unsafe extern "C" fn(*const u8, usize, *const u8, usize) -> i32 =
+    |host| &host.fact;
+// Fields added after 1.0 lie past the 1.0 end, so a 1.0 reader never sees them.
+const _: () = assert!(HOST_FACT_END > MIN_HOST_SIZE as usize);

@@ -8,7 +8,9 @@
 //! doctor the child also runs the plugin's init with the real arguments
 //! (`M0_PROBE_INIT=1`), so an application that fails to import is found
 //! without serving anything (a failure as `init_error=CODE<tab>MESSAGE`, and
-//! its fix as `init_fix=`).
+//! its fix as `init_fix=`), and prints the facts the plugin stated
+//! (`M0Host::fact`) as `fact.KEY=VALUE` lines, which no other key begins
+//! with.
 
 use std::io::Read;
 use std::path::Path;
@@ -30,6 +32,41 @@ pub struct Report {
     pub init: Option<Result<(), PluginError>>,
     /// What the plugin logged (stderr of the child).
     pub log: String,
+    /// With init: the facts the plugin stated, in the order first stated.
+    pub facts: Vec<(String, String)>,
+}
+
+/// A fact's value on one line: backslash, newline and carriage return
+/// escaped as `\\`, `\n` and `\r`.
+fn escape(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn unescape(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => out.push('\n'),
+            Some('r') => out.push('\r'),
+            Some(other) => out.push(other),
+            None => out.push('\\'),
+        }
+    }
+    out
 }
 
 /// In the probe child: report and exit.
@@ -58,6 +95,9 @@ pub fn run_child(path: &Path) -> ! {
                     println!("init_fix={}", fix.replace('\n', " | "));
                 }
             }
+        }
+        for (key, value) in super::host::facts() {
+            println!("fact.{key}={}", escape(&value));
         }
     }
     crate::worker::exit_now(0)
@@ -96,6 +136,7 @@ fn run_probe(path: &Path, timeout: Duration, with_init: bool) -> Report {
         }),
         init: None,
         log: String::new(),
+        facts: Vec::new(),
     };
     let exe = match std::env::current_exe() {
         Ok(exe) => exe,
@@ -163,9 +204,15 @@ fn run_probe(path: &Path, timeout: Duration, with_init: bool) -> Report {
             }),
             init: None,
             log,
+            facts: Vec::new(),
         };
     }
     let descriptor = Descriptor::from_lines(&text);
+    let facts = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("fact.")?.split_once('='))
+        .map(|(key, value)| (key.to_string(), unescape(value)))
+        .collect();
     let init = text.lines().find_map(|l| {
         if l == "init=ok" {
             return Some(Ok(()));
@@ -182,6 +229,7 @@ fn run_probe(path: &Path, timeout: Duration, with_init: bool) -> Report {
             descriptor: Ok(d),
             init,
             log,
+            facts,
         },
         _ => {
             let how = match (
@@ -210,6 +258,7 @@ fn run_probe(path: &Path, timeout: Duration, with_init: bool) -> Report {
                         fix: None,
                     })),
                     log,
+                    facts,
                 },
                 None => Report {
                     descriptor: Err(PluginError {
@@ -219,6 +268,7 @@ fn run_probe(path: &Path, timeout: Duration, with_init: bool) -> Report {
                     }),
                     init: None,
                     log,
+                    facts,
                 },
             }
         }

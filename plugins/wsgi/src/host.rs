@@ -3,8 +3,8 @@
 use std::sync::OnceLock;
 
 use m0serve_abi::{
-    M0_COUNTER_LOCK_WAIT_NS, M0_COUNTER_LOCK_WAITS, M0_LOG_DEBUG, M0_LOG_ERROR, M0_LOG_INFO,
-    M0_LOG_WARN, M0Header, M0Host, M0Request, M0Response, MIN_HOST_SIZE,
+    HOST_FACT_END, M0_COUNTER_LOCK_WAIT_NS, M0_COUNTER_LOCK_WAITS, M0_LOG_DEBUG, M0_LOG_ERROR,
+    M0_LOG_INFO, M0_LOG_WARN, M0Header, M0Host, M0Request, M0Response, MIN_HOST_SIZE, covers,
 };
 
 /// The host functions this plugin uses. Copied out of the `M0Host` table so
@@ -19,6 +19,8 @@ pub struct Host {
     body_read: unsafe extern "C" fn(*const M0Request, *mut u8, usize) -> isize,
     now_ns: unsafe extern "C" fn() -> u64,
     counter_add: unsafe extern "C" fn(u32, u64),
+    /// 1.2; `None` from an older host, whose table ends before it.
+    fact: Option<unsafe extern "C" fn(*const u8, usize, *const u8, usize) -> i32>,
 }
 
 static HOST: OnceLock<Host> = OnceLock::new();
@@ -62,6 +64,8 @@ impl Host {
                 body_read: (*host).body_read,
                 now_ns: (*host).now_ns,
                 counter_add: (*host).counter_add,
+                // SAFETY: read only when `size` says the host's table has it.
+                fact: covers(size, HOST_FACT_END).then(|| (*host).fact),
             }
         };
         Ok(HOST.get_or_init(|| table))
@@ -98,6 +102,17 @@ impl Host {
 
     pub fn debug(&self, message: &str) {
         self.log(M0_LOG_DEBUG, message)
+    }
+
+    /// States a fact for the host's `--doctor` and startup checks (see
+    /// `M0Host::fact`); an older host without `fact` hears nothing. The
+    /// caller passes a well-formed key, so the status is not looked at.
+    pub fn fact(&self, key: &str, value: &str) {
+        if let Some(fact) = self.fact {
+            // SAFETY: a host function valid for the life of the process;
+            // both pointers describe strings alive for the call.
+            unsafe { fact(key.as_ptr(), key.len(), value.as_ptr(), value.len()) };
+        }
     }
 
     pub fn now_ns(&self) -> u64 {
