@@ -31,6 +31,17 @@ impl Host {
     /// # Safety
     /// `host` must point to a valid `M0Host` whose `size` tells the truth.
     pub unsafe fn install(host: *const M0Host) -> Result<&'static Host, String> {
+        // SAFETY: the caller's contract is `read`'s.
+        let table = unsafe { Host::read(host) }?;
+        Ok(HOST.get_or_init(|| table))
+    }
+
+    /// The functions of the table at `host`, as many as its `size` says
+    /// it has.
+    ///
+    /// # Safety
+    /// As for `install`.
+    unsafe fn read(host: *const M0Host) -> Result<Host, String> {
         if host.is_null() {
             return Err("wsgi: the host passed no function table".into());
         }
@@ -54,7 +65,7 @@ impl Host {
             ));
         }
         // SAFETY: as above, every field read here is a 1.0 function.
-        let table = unsafe {
+        Ok(unsafe {
             Host {
                 log: (*host).log,
                 response_start: (*host).response_start,
@@ -67,8 +78,7 @@ impl Host {
                 // SAFETY: read only when `size` says the host's table has it.
                 fact: covers(size, HOST_FACT_END).then(|| (*host).fact),
             }
-        };
-        Ok(HOST.get_or_init(|| table))
+        })
     }
 
     /// The installed table. Only called after a successful init.
@@ -193,5 +203,82 @@ impl Host {
                 body.len(),
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    unsafe extern "C" fn log(_: u32, _: *const u8, _: usize) {}
+    unsafe extern "C" fn start(
+        _: *mut M0Response,
+        _: u16,
+        _: *const M0Header,
+        _: usize,
+        _: i64,
+    ) -> i32 {
+        0
+    }
+    unsafe extern "C" fn write(_: *mut M0Response, _: *const u8, _: usize) -> i32 {
+        0
+    }
+    unsafe extern "C" fn finish(_: *mut M0Response) -> i32 {
+        0
+    }
+    unsafe extern "C" fn send(
+        _: *mut M0Response,
+        _: u16,
+        _: *const M0Header,
+        _: usize,
+        _: *const u8,
+        _: usize,
+    ) -> i32 {
+        0
+    }
+    unsafe extern "C" fn read_body(_: *const M0Request, _: *mut u8, _: usize) -> isize {
+        0
+    }
+    unsafe extern "C" fn now() -> u64 {
+        0
+    }
+    unsafe extern "C" fn count(_: u32, _: u64) {}
+    unsafe extern "C" fn fact(_: *const u8, _: usize, _: *const u8, _: usize) -> i32 {
+        0
+    }
+
+    fn table(size: u32) -> M0Host {
+        M0Host {
+            size,
+            abi_major: m0serve_abi::M0_ABI_MAJOR,
+            abi_minor: m0serve_abi::M0_ABI_MINOR,
+            log,
+            response_start: start,
+            response_write: write,
+            response_finish: finish,
+            response_send: send,
+            body_read: read_body,
+            now_ns: now,
+            counter_add: count,
+            fact,
+        }
+    }
+
+    #[test]
+    fn fact_is_used_only_when_the_hosts_size_covers_it() {
+        let full = table(size_of::<M0Host>() as u32);
+        // SAFETY: a whole, valid table.
+        assert!(unsafe { Host::read(&full) }.unwrap().fact.is_some());
+        // A host before 1.2 says its table ends at counter_add.
+        let older = table(MIN_HOST_SIZE);
+        // SAFETY: valid, and longer than it says.
+        assert!(unsafe { Host::read(&older) }.unwrap().fact.is_none());
+        let short = table(MIN_HOST_SIZE - 8);
+        // SAFETY: as above.
+        let refused = unsafe { Host::read(&short) }.err().unwrap();
+        assert!(
+            refused.contains(&format!("this plugin needs {MIN_HOST_SIZE}")),
+            "{refused}"
+        );
     }
 }
