@@ -230,6 +230,11 @@ fn doctor_reports_the_plugin_topology_and_limits() {
     assert!(j["topology"]["usable_cpus"].as_u64().unwrap() >= 1);
     assert_eq!(j["server"]["max_body"], 1 << 20);
     assert_eq!(j["plugin"]["declares_inline"], true);
+    // Stated by hello_c's init through M0Host.fact.
+    assert_eq!(
+        j["plugin"]["facts"]["hello_c.blocking_routes"], "/sleep",
+        "{j:#}"
+    );
     assert_eq!(j["topology"]["inline_calls"], true, "{j:#}");
     let mut off = args.clone();
     off.push("--no-inline".into());
