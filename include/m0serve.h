@@ -5,6 +5,17 @@
  * A plugin includes this header only, exports m0_plugin_describe and
  * m0_plugin_init (mark them M0_EXPORT and build with -fvisibility=hidden),
  * and reaches the server only through the M0Host table it gets at init.
+ *
+ * ABI changelog
+ * What each minor added; a minor only adds, and a struct grows only at
+ * its end.
+ * - 1.0: the first version.
+ * - 1.1: M0_CAP_INLINE, M0Request.flags with M0_REQ_ON_LOOP, and the
+ *   M0_DEFER return code: a plugin whose handler does not block may be
+ *   called on the event-loop thread.
+ * - 1.2: M0Host.fact: a plugin states facts about how it will run (its
+ *   runtime's version, modules that do not survive fork()), which
+ *   m0serve --doctor reports and the startup checks read.
  */
 
 #ifndef M0SERVE_H
@@ -44,7 +55,7 @@ M0_EXPORT int32_t m0_plugin_init(const M0Host *host, const M0InitArgs *args,
 #define M0_ABI_MAJOR 1
 
 // Minor ABI version: grows with additive changes.
-#define M0_ABI_MINOR 1
+#define M0_ABI_MINOR 2
 
 // Success.
 #define M0_OK 0
@@ -296,6 +307,18 @@ typedef struct M0Host {
   uint64_t (*now_ns)(void);
   // Add `value` to one of the `M0_COUNTER_*` counters of this worker.
   void (*counter_add)(uint32_t counter, uint64_t value);
+  // 1.2: State a fact about how the plugin will run, for `m0serve
+  // --doctor` and the startup checks. `key` is a dotted lowercase name
+  // (`a-z`, `0-9` and `_` in parts joined by dots, beginning with a
+  // letter, at most 64 bytes), named after the plugin or its runtime:
+  // `python.version`, `python.fork_unsafe_modules`. `value` is text
+  // (bytes that are not UTF-8 are replaced). A later fact with the same
+  // key replaces the earlier one. Returns `M0_OK`, or `M0_ERR_INVALID`
+  // for a malformed key or a NULL pointer with a non-zero length.
+  // Usually called during init; callable from any thread. Present only
+  // when `size` covers it: a host older than 1.2 has no `fact` (in C,
+  // check `host->size >= offsetof(M0Host, fact) + sizeof host->fact`).
+  int32_t (*fact)(const uint8_t *key, size_t key_len, const uint8_t *value, size_t value_len);
 } M0Host;
 
 // What the host tells the plugin at init.

@@ -78,9 +78,19 @@ pub struct Findings {
     pub usable_cpus: usize,
     /// What the plugin logged while the doctor's probe ran its init.
     pub plugin_log: String,
+    /// The facts the plugin stated in that init (`M0Host::fact`).
+    pub facts: Vec<(String, String)>,
 }
 
 impl Findings {
+    /// The value of the fact the plugin stated under `key`.
+    pub fn fact(&self, key: &str) -> Option<&str> {
+        self.facts
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
     /// The first failed check.
     pub fn failure(&self) -> Option<&Check> {
         self.checks.iter().find(|c| !c.ok)
@@ -163,11 +173,9 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
     let path = match path.map(Ok).unwrap_or_else(|| resolve(spec)) {
         Ok(p) => p,
         Err(e) => {
-            let fix = if e.exit_code == 2 {
-                "name a plugin with --plugin"
-            } else {
-                "build the plugin or fix the path"
-            };
+            let fix = e
+                .fix
+                .unwrap_or_else(|| "build the plugin or fix the path".into());
             f.push(Check::fail("plugin", e.exit_code, e.message, fix));
             return f;
         }
@@ -185,20 +193,18 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
             descriptor: probe::probe(&path, PROBE_TIMEOUT),
             init: None,
             log: String::new(),
+            facts: Vec::new(),
         }
     };
     f.plugin_log = report.log;
+    f.facts = report.facts;
     let descriptor = match report.descriptor {
         Ok(d) => d,
         Err(e) => {
-            // The loader's refusals end with their own fix (rebuild, or
-            // upgrade m0serve).
-            let (detail, fix) = detail_and_fix(
-                e.message,
-                &[": rebuild", "; rebuild", ": upgrade m0serve"],
-                "rebuild the plugin against include/m0serve.h",
-            );
-            f.push(Check::fail("plugin-abi", e.exit_code, detail, fix));
+            let fix = e
+                .fix
+                .unwrap_or_else(|| "rebuild the plugin against include/m0serve.h".into());
+            f.push(Check::fail("plugin-abi", e.exit_code, e.message, fix));
             return f;
         }
     };
@@ -211,11 +217,13 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
     ));
     match report.init {
         Some(Err(e)) => {
-            let fix = if e.exit_code == 78 {
-                "change the configuration the plugin names"
-            } else {
-                "fix the application or its arguments"
-            };
+            let fix = e.fix.unwrap_or_else(|| {
+                if e.exit_code == 78 {
+                    "change the configuration the plugin names".into()
+                } else {
+                    "fix the application or its arguments".into()
+                }
+            });
             f.push(Check::fail("plugin-init", e.exit_code, e.message, fix));
             f.descriptor = Some(descriptor);
             return f;
@@ -257,11 +265,9 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
     f.mode = Some(mode);
 
     let fork_unsafe = f
-        .plugin_log
-        .lines()
-        .filter_map(|l| l.split("\tfork_unsafe=").nth(1))
-        .map(|v| v.trim().to_string())
-        .find(|v| !v.is_empty());
+        .fact("python.fork_unsafe_modules")
+        .filter(|v| !v.is_empty())
+        .map(str::to_string);
     if let (Some(modules), Some((Mode::Fork, _))) = (fork_unsafe, &f.mode) {
         f.push(Check::warn(
             "fork-unsafe-runtime",

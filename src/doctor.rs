@@ -66,6 +66,20 @@ pub fn usage_report(error: &str) -> String {
     j.finish()
 }
 
+/// The `python` object's members and the facts they come from, stated by a
+/// plugin that embeds Python (the WSGI plugin) at init.
+const PYTHON_FACTS: [(&str, &str); 9] = [
+    ("version", "python.version"),
+    ("libpython", "python.libpython"),
+    ("executable", "python.executable"),
+    ("prefix", "python.prefix"),
+    ("base_prefix", "python.base_prefix"),
+    ("venv", "python.venv"),
+    ("app", "python.app"),
+    ("resolved", "python.resolved"),
+    ("fork_unsafe", "python.fork_unsafe_modules"),
+];
+
 fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
     let cli = &cfg.cli;
     let mut j = Json::new();
@@ -108,21 +122,21 @@ fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
             j.null("name");
         }
     }
-    j.end_object();
+    // Every fact the plugin stated, as it stated them.
+    j.begin_object(Some("facts"));
+    for (key, value) in &f.facts {
+        j.str(key, value);
+    }
+    j.end_object().end_object();
 
-    if let Some(facts) = f
-        .plugin_log
-        .lines()
-        .find_map(|l| l.split("wsgi-facts: ").nth(1))
-    {
+    if f.facts.iter().any(|(k, _)| k.starts_with("python.")) {
         j.begin_object(Some("python"));
-        for pair in facts.split('\t') {
-            if let Some((k, v)) = pair.split_once('=') {
-                match k {
-                    "venv" | "libpython" if v.is_empty() => j.null(k),
-                    _ => j.str(k, v),
-                };
-            }
+        for (name, key) in PYTHON_FACTS {
+            match f.fact(key) {
+                Some("") if matches!(name, "venv" | "libpython") => j.null(name),
+                Some(v) => j.str(name, v),
+                None => continue,
+            };
         }
         let imported = f.checks.iter().any(|c| c.name == "plugin-init" && c.ok);
         j.bool("app_imports", imported).end_object();

@@ -230,6 +230,11 @@ fn doctor_reports_the_plugin_topology_and_limits() {
     assert!(j["topology"]["usable_cpus"].as_u64().unwrap() >= 1);
     assert_eq!(j["server"]["max_body"], 1 << 20);
     assert_eq!(j["plugin"]["declares_inline"], true);
+    // Stated by hello_c's init through M0Host.fact.
+    assert_eq!(
+        j["plugin"]["facts"]["hello_c.blocking_routes"], "/sleep",
+        "{j:#}"
+    );
     assert_eq!(j["topology"]["inline_calls"], true, "{j:#}");
     let mut off = args.clone();
     off.push("--no-inline".into());
@@ -281,6 +286,30 @@ fn doctor_reports_python_for_the_wsgi_plugin() {
         py["resolved"].as_str().unwrap().contains("function"),
         "{py:#}"
     );
+    // The object is built from the python.* facts the plugin states at
+    // init through M0Host.fact (ABI 1.2), with the members it always had.
+    let mut members: Vec<&str> = py.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+    members.sort_unstable();
+    assert_eq!(
+        members,
+        [
+            "app",
+            "app_imports",
+            "base_prefix",
+            "executable",
+            "fork_unsafe",
+            "libpython",
+            "prefix",
+            "resolved",
+            "venv",
+            "version"
+        ],
+        "{py:#}"
+    );
+    let facts = &j["plugin"]["facts"];
+    assert_eq!(facts["python.version"], py["version"], "{j:#}");
+    assert_eq!(facts["python.app"], "conformance:application", "{j:#}");
+    assert_eq!(facts["python.fork_unsafe_modules"], "", "{j:#}");
     assert_eq!(j["plugin"]["process_lock"], "held");
     // Loop calls where each worker has at most one CPU of its own.
     let usable = j["topology"]["usable_cpus"].as_u64().unwrap();
@@ -298,6 +327,85 @@ fn doctor_reports_python_for_the_wsgi_plugin() {
         j["topology"]["loop_calls_reason"],
         "turned off with --no-inline"
     );
+}
+
+#[test]
+fn doctor_reports_the_facts_a_plugin_states_at_init() {
+    let p = bad_plugin("doctor_facts", &["-DSTATES_FACTS"])
+        .display()
+        .to_string();
+    let out = cmd(&strings(&["--plugin", &p, "--port", "0", "--doctor"]))
+        .output()
+        .expect("run --doctor");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let j: serde_json::Value = serde_json::from_str(text.trim()).expect("JSON");
+    let facts = j["plugin"]["facts"].as_object().expect("plugin.facts");
+    // Newlines and backslashes cross the probe's line protocol intact; the
+    // malformed keys were refused with M0_ERR_INVALID and never recorded;
+    // a key stated twice keeps its place and its last value.
+    assert_eq!(facts["bad.escaped"], "one\ntwo\rthree\\four", "{j:#}");
+    assert_eq!(facts["bad.malformed_keys_refused"], "yes", "{j:#}");
+    assert_eq!(facts["bad.replaced"], "second", "{j:#}");
+    assert_eq!(facts.len(), 3, "{j:#}");
+    let at = |key: &str| text.find(&format!("\"{key}\"")).unwrap();
+    assert!(
+        at("bad.replaced") < at("bad.escaped")
+            && at("bad.escaped") < at("bad.malformed_keys_refused"),
+        "facts keep the order first stated: {text}"
+    );
+    // No python.* fact, so no python object.
+    assert!(j.get("python").is_none(), "{j:#}");
+}
+
+#[test]
+fn doctor_reports_the_loaders_fix_apart_from_the_problem() {
+    // (plugin defect, failed check, what the detail says, the fix)
+    let cases = [
+        (
+            "major2",
+            "-DABI_MAJOR=2",
+            "plugin-abi",
+            "built for m0serve ABI 2.",
+            "rebuild the plugin",
+        ),
+        (
+            "minor9",
+            "-DABI_MINOR=9",
+            "plugin-abi",
+            "needs m0serve ABI 1.9",
+            "upgrade m0serve",
+        ),
+        // Found by init, which the doctor runs in its probe: the fix
+        // crosses the probe's stdout as its own line.
+        (
+            "calls8",
+            "-DCALLS_SIZE=8",
+            "plugin-init",
+            "M0PluginCalls is 8 bytes",
+            "rebuild the plugin",
+        ),
+    ];
+    for (name, define, check, detail, fix) in cases {
+        let p = bad_plugin(&format!("doctor_fix_{name}"), &[define])
+            .display()
+            .to_string();
+        let (code, j) = doctor(&strings(&["--plugin", &p, "--port", "0"]));
+        assert_eq!(code, 78, "{name}: {j:#}");
+        let failed = j["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["ok"] == false)
+            .unwrap_or_else(|| panic!("{name}: no failed check: {j:#}"));
+        assert_eq!(failed["name"], check, "{name}: {j:#}");
+        let (d, f) = (
+            failed["detail"].as_str().unwrap(),
+            failed["fix"].as_str().unwrap(),
+        );
+        assert!(d.contains(detail) && !d.contains(fix), "{name}: {failed}");
+        assert!(f.starts_with(fix), "{name}: {failed}");
+    }
 }
 
 #[test]

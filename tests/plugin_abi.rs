@@ -82,6 +82,7 @@ fn c_lays_out_every_boundary_struct_as_rust_does() {
         ("M0Request.flags", offset_of!(abi::M0Request, flags)),
         ("M0Host.log", offset_of!(abi::M0Host, log)),
         ("M0Host.counter_add", offset_of!(abi::M0Host, counter_add)),
+        ("M0Host.fact", offset_of!(abi::M0Host, fact)),
         ("M0InitArgs.arg", offset_of!(abi::M0InitArgs, arg)),
         ("M0InitArgs.server", offset_of!(abi::M0InitArgs, server)),
         (
@@ -139,6 +140,75 @@ fn plugin_built_for_a_newer_minor_is_refused_and_an_older_one_accepted() {
     );
 }
 
+/// `tests/c/abi_1_0_plugin.c`, a plugin written against the 1.0 types (its
+/// own copies, not today's header), built with `defines`.
+fn abi_1_0_plugin(name: &str, defines: &[&str]) -> std::path::PathBuf {
+    let out = scratch_dir("abi_1_0_plugins").join(format!("lib{name}.so"));
+    let src = repo_root().join("tests/c/abi_1_0_plugin.c");
+    let mut args = vec!["-shared", src.to_str().unwrap()];
+    args.extend_from_slice(defines);
+    cc(&args, &out);
+    out
+}
+
+/// The `key=value` words of the 1.0 fixture's `/sizes` answer.
+fn sizes(s: &Server) -> std::collections::HashMap<String, u64> {
+    support::get(s.addr, "/sizes")
+        .text()
+        .split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
+        .collect()
+}
+
+#[test]
+fn a_plugin_written_for_abi_1_0_loads_serves_and_is_never_called_inline() {
+    let p = abi_1_0_plugin("v1_0", &[]);
+    let s = Server::start(&["--plugin", p.to_str().unwrap()]);
+    let r = support::get(s.addr, "/");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, b"served by a 1.0 plugin\n");
+    assert_eq!(support::get(s.addr, "/elsewhere").status, 404);
+    for _ in 0..20 {
+        assert_eq!(support::get(s.addr, "/").status, 200);
+    }
+    // It was handed today's host table and request, both longer than the
+    // 1.0 ones it was written against, and no call carried M0_REQ_ON_LOOP.
+    let seen = sizes(&s);
+    assert_eq!(seen["host"], size_of::<abi::M0Host>() as u64, "{seen:?}");
+    assert_eq!(
+        seen["host_known"],
+        u64::from(abi::MIN_HOST_SIZE),
+        "{seen:?}"
+    );
+    assert!(seen["host"] > seen["host_known"], "{seen:?}");
+    assert_eq!(seen["host_minor"], u64::from(abi::M0_ABI_MINOR), "{seen:?}");
+    assert!(seen["request"] > seen["request_known"], "{seen:?}");
+    assert_eq!(seen["on_loop"], 0, "{seen:?}");
+    assert!(
+        s.wait_for_log("inline calls off", Duration::from_secs(10)),
+        "{}",
+        s.log()
+    );
+
+    // A 1.0 plugin that sets the bit 1.1 later named M0_CAP_INLINE meant
+    // nothing by it: it is still never called on the loop.
+    let stray = abi_1_0_plugin("v1_0_stray_bit", &["-DCAPS=4"]);
+    let s = Server::start(&["--plugin", stray.to_str().unwrap()]);
+    for _ in 0..20 {
+        assert_eq!(support::get(s.addr, "/").status, 200);
+    }
+    assert_eq!(sizes(&s)["on_loop"], 0);
+    assert!(
+        s.wait_for_log(
+            "inline calls off (M0_CAP_INLINE ignored: the plugin is built for ABI 1.0",
+            Duration::from_secs(10)
+        ),
+        "{}",
+        s.log()
+    );
+}
+
 #[test]
 fn missing_entry_point_is_refused_with_78() {
     let (code, err) = refused(&bad_plugin("noinit", &["-DNO_INIT"]));
@@ -151,6 +221,23 @@ fn too_small_descriptor_is_refused_with_78() {
     let (code, err) = refused(&bad_plugin("small", &["-DINFO_SIZE=16"]));
     assert_eq!(code, 78, "{err}");
     assert!(err.contains("M0PluginInfo is 16 bytes"), "{err}");
+}
+
+#[test]
+fn too_small_calls_table_is_refused_by_the_worker_with_problem_and_fix() {
+    // The calls table comes from init, which only a worker runs: the
+    // worker's error line says what is wrong and what to do, once each.
+    let (code, err) = refused(&bad_plugin("small_calls", &["-DCALLS_SIZE=8"]));
+    assert_eq!(code, 78, "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.contains("M0PluginCalls is 8 bytes"))
+        .unwrap_or_else(|| panic!("no worker error line:\n{err}"));
+    assert!(
+        line.contains("smaller than ABI 1.0's 48; rebuild the plugin against"),
+        "{line}"
+    );
+    assert_eq!(line.matches("rebuild").count(), 1, "{line}");
 }
 
 #[test]

@@ -26,9 +26,19 @@
 //! accepts a plugin built for the same or an older minor, and refuses a newer
 //! one (it may call host functions this host does not have).
 //!
-//! Changelog: 1.0: first version. 1.1: `M0_CAP_INLINE`, `M0Request::flags`
-//! with `M0_REQ_ON_LOOP`, and the `M0_DEFER` return code: a plugin whose
-//! handler does not block may be called on the event-loop thread.
+//! # Changelog
+//! What each minor added; a minor only adds, and a struct grows only at
+//! its end.
+//! - 1.0: the first version.
+//! - 1.1: `M0_CAP_INLINE`, `M0Request.flags` with `M0_REQ_ON_LOOP`, and the
+//!   `M0_DEFER` return code: a plugin whose handler does not block may be
+//!   called on the event-loop thread.
+//! - 1.2: `M0Host.fact`: a plugin states facts about how it will run (its
+//!   runtime's version, modules that do not survive `fork()`), which
+//!   `m0serve --doctor` reports and the startup checks read.
+//!
+//! This section is the only copy: `abi/tests/header.rs` puts it at the top
+//! of `include/m0serve.h`.
 #![no_std]
 
 use core::ffi::{c_char, c_void};
@@ -36,7 +46,7 @@ use core::ffi::{c_char, c_void};
 /// Major ABI version: a plugin built for another major is refused.
 pub const M0_ABI_MAJOR: u32 = 1;
 /// Minor ABI version: grows with additive changes.
-pub const M0_ABI_MINOR: u32 = 1;
+pub const M0_ABI_MINOR: u32 = 2;
 
 // ---------------------------------------------------------------------------
 // Return codes. Stable, never reused. Negative codes from `handle` map to an
@@ -337,6 +347,23 @@ pub struct M0Host {
     pub now_ns: unsafe extern "C" fn() -> u64,
     /// Add `value` to one of the `M0_COUNTER_*` counters of this worker.
     pub counter_add: unsafe extern "C" fn(counter: u32, value: u64),
+    /// 1.2: State a fact about how the plugin will run, for `m0serve
+    /// --doctor` and the startup checks. `key` is a dotted lowercase name
+    /// (`a-z`, `0-9` and `_` in parts joined by dots, beginning with a
+    /// letter, at most 64 bytes), named after the plugin or its runtime:
+    /// `python.version`, `python.fork_unsafe_modules`. `value` is text
+    /// (bytes that are not UTF-8 are replaced). A later fact with the same
+    /// key replaces the earlier one. Returns `M0_OK`, or `M0_ERR_INVALID`
+    /// for a malformed key or a NULL pointer with a non-zero length.
+    /// Usually called during init; callable from any thread. Present only
+    /// when `size` covers it: a host older than 1.2 has no `fact` (in C,
+    /// check `host->size >= offsetof(M0Host, fact) + sizeof host->fact`).
+    pub fact: unsafe extern "C" fn(
+        key: *const u8,
+        key_len: usize,
+        value: *const u8,
+        value_len: usize,
+    ) -> i32,
 }
 
 /// What the host tells the plugin at init.
@@ -439,7 +466,57 @@ pub type M0InitFn = unsafe extern "C" fn(
 pub const DESCRIBE_SYMBOL: &str = "m0_plugin_describe";
 pub const INIT_SYMBOL: &str = "m0_plugin_init";
 
-/// The smallest `M0PluginInfo` a v1 plugin can have (up to `max_batch`).
-pub const MIN_PLUGIN_INFO_SIZE: u32 = core::mem::size_of::<M0PluginInfo>() as u32;
-/// The smallest `M0PluginCalls` a v1 plugin can have (up to `shutdown`).
-pub const MIN_PLUGIN_CALLS_SIZE: u32 = core::mem::size_of::<M0PluginCalls>() as u32;
+// ---------------------------------------------------------------------------
+// Sizes. A struct only grows at the end, so the 1.0 end of each struct is the
+// least a reader may be handed, and is frozen: a minimum that followed the
+// current size would refuse every plugin (or host) built before the newest
+// field. Past the 1.0 end a reader checks each field with `covers`.
+// ---------------------------------------------------------------------------
+
+/// Whether a struct whose writer declared `size` bytes holds a field that
+/// ends at byte `end` (its `offset_of!` plus its `size_of`). A reader uses a
+/// field added after 1.0 only when this holds; fields up to the 1.0 end are
+/// covered by the minimum sizes below.
+pub const fn covers(size: u32, end: usize) -> bool {
+    size as usize >= end
+}
+
+/// The smallest `M0PluginInfo` accepted: the end of `max_batch`, its last
+/// 1.0 field (56 bytes on 64-bit targets).
+pub const MIN_PLUGIN_INFO_SIZE: u32 =
+    (core::mem::offset_of!(M0PluginInfo, max_batch) + size_of::<u32>()) as u32;
+/// The smallest `M0PluginCalls` accepted: the end of `shutdown`, its last
+/// 1.0 field (48 bytes on 64-bit targets).
+pub const MIN_PLUGIN_CALLS_SIZE: u32 =
+    (core::mem::offset_of!(M0PluginCalls, shutdown) + size_of::<Option<M0ShutdownFn>>()) as u32;
+/// The smallest `M0Host` a plugin may be handed: the end of `counter_add`,
+/// its last 1.0 function (80 bytes on 64-bit targets). A plugin needs no
+/// more than this unless it uses a later function, which it checks with
+/// `covers`.
+pub const MIN_HOST_SIZE: u32 = (core::mem::offset_of!(M0Host, counter_add)
+    + size_of::<unsafe extern "C" fn(u32, u64)>()) as u32;
+
+/// The end of `M0Host::fact` (1.2): a plugin calls `fact` only when
+/// `covers(host.size, HOST_FACT_END)`.
+pub const HOST_FACT_END: usize = core::mem::offset_of!(M0Host, fact)
+    + size_of::<unsafe extern "C" fn(*const u8, usize, *const u8, usize) -> i32>();
+
+// The minimums are the 1.0 layouts, whatever is added after them.
+#[cfg(target_pointer_width = "64")]
+const _: () =
+    assert!(MIN_PLUGIN_INFO_SIZE == 56 && MIN_PLUGIN_CALLS_SIZE == 48 && MIN_HOST_SIZE == 80);
+#[cfg(target_pointer_width = "32")]
+const _: () =
+    assert!(MIN_PLUGIN_INFO_SIZE == 48 && MIN_PLUGIN_CALLS_SIZE == 24 && MIN_HOST_SIZE == 44);
+const _: () = assert!(MIN_PLUGIN_INFO_SIZE as usize <= size_of::<M0PluginInfo>());
+const _: () = assert!(MIN_PLUGIN_CALLS_SIZE as usize <= size_of::<M0PluginCalls>());
+const _: () = assert!(MIN_HOST_SIZE as usize <= size_of::<M0Host>());
+// The field types the sizes above are computed with: a field whose type
+// changes fails to compile here instead of moving a minimum silently.
+const _: fn(&M0PluginInfo) -> &u32 = |info| &info.max_batch;
+const _: fn(&M0PluginCalls) -> &Option<M0ShutdownFn> = |calls| &calls.shutdown;
+const _: fn(&M0Host) -> &unsafe extern "C" fn(u32, u64) = |host| &host.counter_add;
+const _: fn(&M0Host) -> &unsafe extern "C" fn(*const u8, usize, *const u8, usize) -> i32 =
+    |host| &host.fact;
+// Fields added after 1.0 lie past the 1.0 end, so a 1.0 reader never sees them.
+const _: () = assert!(HOST_FACT_END > MIN_HOST_SIZE as usize);

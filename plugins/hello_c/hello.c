@@ -189,8 +189,9 @@ M0_EXPORT const M0PluginInfo *m0_plugin_describe(void) { return &info; }
 M0_EXPORT int32_t m0_plugin_init(const M0Host *h, const M0InitArgs *args, const M0PluginCalls **out_calls,
                                  void **out_state, M0Error *error) {
     (void)args;
-    if (h == NULL || h->size < sizeof(M0Host)) {
-        /* A host older than the header we were built with. */
+    /* Every 1.x host has the functions up to counter_add; one added later
+     * is used only where the host's size reaches it (fact, below). */
+    if (h == NULL || h->size < offsetof(M0Host, counter_add) + sizeof h->counter_add) {
         if (error != NULL) {
             const char *msg = "hello_c needs a newer m0serve host table";
             error->message_len = (uint32_t)strlen(msg);
@@ -199,6 +200,12 @@ M0_EXPORT int32_t m0_plugin_init(const M0Host *h, const M0InitArgs *args, const 
         return M0_INIT_REFUSED;
     }
     host = h;
+    /* ABI 1.2: tell --doctor which route may block (and so is deferred
+     * when called on the event loop). */
+    if (h->size >= offsetof(M0Host, fact) + sizeof h->fact) {
+        static const char key[] = "hello_c.blocking_routes", value[] = "/sleep";
+        h->fact((const uint8_t *)key, sizeof key - 1, (const uint8_t *)value, sizeof value - 1);
+    }
     *out_calls = &calls;
     *out_state = NULL;
     return M0_OK;

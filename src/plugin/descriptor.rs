@@ -81,6 +81,13 @@ impl Descriptor {
     pub fn inline_calls(&self) -> (bool, &'static str) {
         match (self.inline, self.call_model, self.max_concurrency) {
             (false, _, _) => (false, "the plugin does not declare M0_CAP_INLINE"),
+            // 1.0 defined no such bit, so a 1.0 plugin that sets it means
+            // nothing by it, and cannot see M0_REQ_ON_LOOP or answer with
+            // M0_DEFER when a call would block.
+            (true, _, _) if self.abi_minor < 1 => (
+                false,
+                "M0_CAP_INLINE ignored: the plugin is built for ABI 1.0, before it",
+            ),
             (true, CallModel::Reentrant, 0) => (true, "the plugin declares it never blocks"),
             (true, CallModel::Reentrant, _) => (
                 false,

@@ -24,6 +24,7 @@ pub static HOST: abi::M0Host = abi::M0Host {
     body_read: host_body_read,
     now_ns: host_now_ns,
     counter_add: host_counter_add,
+    fact: host_fact,
 };
 
 /// Counters plugins report into (this worker's).
@@ -205,6 +206,56 @@ unsafe extern "C" fn host_counter_add(counter: u32, value: u64) {
         abi::M0_COUNTER_LOCK_WAITS => LOCK_WAITS.fetch_add(value, Ordering::Relaxed),
         _ => 0,
     };
+}
+
+/// The facts this process's plugin stated (`M0Host::fact`), in the order
+/// first stated. The doctor's probe prints them after init.
+static FACTS: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
+
+/// The facts stated so far.
+pub fn facts() -> Vec<(String, String)> {
+    FACTS.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// A dotted lowercase name, as `M0Host::fact` documents: parts of `a-z`,
+/// `0-9` and `_` joined by single dots, beginning with a letter, at most 64
+/// bytes. It then needs no escaping in the probe's `key=value` lines.
+fn is_fact_key(key: &[u8]) -> bool {
+    key.len() <= 64
+        && key.first().is_some_and(u8::is_ascii_lowercase)
+        && key.split(|&b| b == b'.').all(|part| {
+            !part.is_empty()
+                && part
+                    .iter()
+                    .all(|&b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        })
+}
+
+unsafe extern "C" fn host_fact(
+    key: *const u8,
+    key_len: usize,
+    value: *const u8,
+    value_len: usize,
+) -> i32 {
+    boundary(abi::M0_ERR_INTERNAL, || {
+        // SAFETY: the plugin passes `key_len` and `value_len` readable bytes.
+        let (Some(key), Some(value)) = (unsafe { bytes(key, key_len) }, unsafe {
+            bytes(value, value_len)
+        }) else {
+            return abi::M0_ERR_INVALID;
+        };
+        if !is_fact_key(key) {
+            return abi::M0_ERR_INVALID;
+        }
+        let key = String::from_utf8_lossy(key).into_owned();
+        let value = String::from_utf8_lossy(value).into_owned();
+        let mut facts = FACTS.lock().unwrap_or_else(|e| e.into_inner());
+        match facts.iter_mut().find(|(k, _)| *k == key) {
+            Some(fact) => fact.1 = value,
+            None => facts.push((key, value)),
+        }
+        abi::M0_OK
+    })
 }
 
 /// CLOCK_MONOTONIC in nanoseconds.

@@ -18,7 +18,11 @@ pub const EXIT_REFUSED: i32 = 78;
 #[derive(Debug, Clone)]
 pub struct PluginError {
     pub exit_code: i32,
+    /// What is wrong.
     pub message: String,
+    /// What to change, where the code that found the problem knows it
+    /// (the checks report it as the fix; `Display` joins the two).
+    pub fix: Option<String>,
 }
 
 impl PluginError {
@@ -26,15 +30,34 @@ impl PluginError {
         PluginError {
             exit_code: EXIT_REFUSED,
             message,
+            fix: None,
         }
     }
     fn startup(message: String) -> PluginError {
         PluginError {
             exit_code: EXIT_STARTUP,
             message,
+            fix: None,
+        }
+    }
+    fn fix(mut self, fix: impl Into<String>) -> PluginError {
+        self.fix = Some(fix.into());
+        self
+    }
+}
+
+/// The problem, then its fix: the line a worker or the server prints.
+impl std::fmt::Display for PluginError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.fix {
+            Some(fix) => write!(f, "{}; {fix}", self.message),
+            None => f.write_str(&self.message),
         }
     }
 }
+
+/// The fix for a plugin built against another header.
+const REBUILD: &str = "rebuild the plugin against this m0serve's include/m0serve.h";
 
 /// The file names a short name may have, in lookup order.
 fn candidate_names(short: &str) -> [String; 3] {
@@ -67,7 +90,8 @@ pub fn resolve(spec: &str) -> Result<PathBuf, PluginError> {
     if spec.is_empty() {
         return Err(PluginError {
             exit_code: 2,
-            message: "--plugin is empty; name a plugin".into(),
+            message: "--plugin is empty".into(),
+            fix: Some("name a plugin with --plugin".into()),
         });
     }
     if spec.contains('/') || spec.ends_with(".so") {
@@ -75,9 +99,10 @@ pub fn resolve(spec: &str) -> Result<PathBuf, PluginError> {
         return if path.is_file() {
             Ok(path)
         } else {
-            Err(PluginError::startup(format!(
-                "plugin file {spec} does not exist; pass a path to a built plugin or a short name such as hello_c"
-            )))
+            Err(
+                PluginError::startup(format!("plugin file {spec} does not exist"))
+                    .fix("pass a path to a built plugin or a short name such as hello_c"),
+            )
         };
     }
     let mut tried = Vec::new();
@@ -91,9 +116,10 @@ pub fn resolve(spec: &str) -> Result<PathBuf, PluginError> {
         }
     }
     Err(PluginError::startup(format!(
-        "plugin {spec:?} not found; looked for {}; build it (cargo build) or set M0_PLUGIN_PATH",
+        "plugin {spec:?} not found; looked for {}",
         tried.join(", ")
-    )))
+    ))
+    .fix("build it (cargo build) or set M0_PLUGIN_PATH"))
 }
 
 /// An opened plugin whose descriptor passed the ABI checks.
@@ -137,10 +163,10 @@ impl Plugin {
         let lib: &'static libloading::os::unix::Library = Box::leak(Box::new(lib));
         let missing = |sym: &str, e: libloading::Error| {
             PluginError::refused(format!(
-                "plugin {} does not export {sym} ({e}); a plugin exports m0_plugin_describe and m0_plugin_init, \
-                 see include/m0serve.h",
+                "plugin {} does not export {sym} ({e})",
                 path.display()
             ))
+            .fix("export m0_plugin_describe and m0_plugin_init from the plugin, as include/m0serve.h declares them")
         };
         // SAFETY: the symbol's type is fixed by the ABI (M0DescribeFn).
         let describe = unsafe { lib.get::<abi::M0DescribeFn>(abi::DESCRIBE_SYMBOL) }
@@ -198,31 +224,36 @@ impl Plugin {
             } else {
                 "failed to start"
             };
+            // The plugin's message says what to change, if anything does.
             return Err(PluginError {
                 exit_code,
                 message: format!("plugin {name} {verb}: {detail}"),
+                fix: None,
             });
         }
         if calls.is_null() {
             return Err(PluginError::refused(format!(
                 "plugin {name} returned no calls table from m0_plugin_init"
-            )));
+            ))
+            .fix("return a static M0PluginCalls from m0_plugin_init on success"));
         }
         // SAFETY: non-null, and the plugin keeps the table alive for the process.
         let size = unsafe { (*calls).size };
         if size < abi::MIN_PLUGIN_CALLS_SIZE {
             return Err(PluginError::refused(format!(
-                "plugin {name}'s M0PluginCalls is {size} bytes, smaller than ABI v1's {}; rebuild it against this \
-                 m0serve's include/m0serve.h",
+                "plugin {name}'s M0PluginCalls is {size} bytes, smaller than ABI 1.0's {}",
                 abi::MIN_PLUGIN_CALLS_SIZE
-            )));
+            ))
+            .fix(REBUILD));
         }
-        // SAFETY: the size check above covers every field read here.
-        let table = unsafe { &*calls };
+        // SAFETY: the plugin's table is `size` bytes long (it says so), and an
+        // all-zero M0PluginCalls is valid (every entry point absent).
+        let table = unsafe { copy_declared(calls, size) };
         let Some(handle) = table.handle else {
             return Err(PluginError::refused(format!(
                 "plugin {name}'s calls table has no handle function"
-            )));
+            ))
+            .fix("set handle in the M0PluginCalls that m0_plugin_init returns"));
         };
         Ok(Calls {
             handle,
@@ -239,7 +270,8 @@ fn check_info(path: &Path, info: *const abi::M0PluginInfo) -> Result<Descriptor,
     if info.is_null() {
         return Err(PluginError::refused(format!(
             "plugin {shown}: m0_plugin_describe returned NULL"
-        )));
+        ))
+        .fix("return a static M0PluginInfo from m0_plugin_describe"));
     }
     // SAFETY: non-null; the first field is the struct's size, which every
     // version has, so reading it is in bounds.
@@ -252,27 +284,105 @@ fn check_info(path: &Path, info: *const abi::M0PluginInfo) -> Result<Descriptor,
         let (major, minor) = unsafe { ((*info).abi_major, (*info).abi_minor) };
         if major != abi::M0_ABI_MAJOR {
             return Err(PluginError::refused(format!(
-                "plugin {shown} was built for m0serve ABI {major}.{minor}; this m0serve speaks ABI {}.{}: rebuild the \
-                 plugin against this m0serve's include/m0serve.h",
+                "plugin {shown} was built for m0serve ABI {major}.{minor}, this m0serve speaks ABI {}.{}",
                 abi::M0_ABI_MAJOR,
                 abi::M0_ABI_MINOR
-            )));
+            ))
+            .fix(REBUILD));
         }
         if minor > abi::M0_ABI_MINOR {
             return Err(PluginError::refused(format!(
-                "plugin {shown} needs m0serve ABI {major}.{minor}, newer than this m0serve's {}.{}: upgrade m0serve",
+                "plugin {shown} needs m0serve ABI {major}.{minor}, newer than this m0serve's {}.{}",
                 abi::M0_ABI_MAJOR,
                 abi::M0_ABI_MINOR
-            )));
+            ))
+            .fix("upgrade m0serve"));
         }
     }
     if size < abi::MIN_PLUGIN_INFO_SIZE {
         return Err(PluginError::refused(format!(
-            "plugin {shown}'s M0PluginInfo is {size} bytes, smaller than ABI v1's {}: rebuild it against this \
-             m0serve's include/m0serve.h",
+            "plugin {shown}'s M0PluginInfo is {size} bytes, smaller than ABI 1.0's {}",
             abi::MIN_PLUGIN_INFO_SIZE
-        )));
+        ))
+        .fix(REBUILD));
     }
-    // SAFETY: the size check covers the whole v1 struct.
-    Ok(Descriptor::from_info(unsafe { &*info }))
+    // SAFETY: the descriptor is `size` bytes long (it says so), and an
+    // all-zero M0PluginInfo is valid (null strings, everything undeclared).
+    let info = unsafe { copy_declared(info, size) };
+    Ok(Descriptor::from_info(&info))
+}
+
+/// A copy of a plugin's struct made of the bytes its `size` says it has,
+/// at most our own `size_of`: a plugin built against an older minor has a
+/// shorter struct, and reading our whole struct from it would read past its
+/// end. The fields it lacks stay zero, which the ABI reads as undeclared.
+///
+/// # Safety
+/// `src` points to at least `size` readable bytes, and a `T` of all zero
+/// bytes is valid (true of M0PluginInfo and M0PluginCalls: integers, raw
+/// pointers and optional function pointers).
+unsafe fn copy_declared<T>(src: *const T, size: u32) -> T {
+    let len = (size as usize).min(std::mem::size_of::<T>());
+    let mut out = std::mem::MaybeUninit::<T>::zeroed();
+    // SAFETY: `len` bytes are readable at `src` (caller) and writable in
+    // `out`; all-zero bytes with any prefix copied over form a valid T
+    // (caller), so `assume_init` is sound.
+    unsafe {
+        std::ptr::copy_nonoverlapping(src.cast::<u8>(), out.as_mut_ptr().cast::<u8>(), len);
+        out.assume_init()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::copy_declared;
+
+    /// A struct one field longer than its writer knew, as a descriptor of
+    /// a later minor would be to a plugin built before it.
+    #[repr(C)]
+    #[derive(Debug, PartialEq)]
+    struct Grown {
+        size: u32,
+        old: u32,
+        added: u64,
+    }
+
+    #[test]
+    fn a_shorter_struct_is_copied_up_to_its_size_and_the_rest_reads_zero() {
+        // Exactly the bytes the older writer had, in a box of that size, so
+        // a read past them would be out of bounds (and caught by Miri or a
+        // sanitizer).
+        let older: Box<[u32; 2]> = Box::new([8, 7]);
+        // SAFETY: 8 readable bytes at the pointer, and an all-zero Grown is valid.
+        let copy = unsafe { copy_declared(older.as_ptr().cast::<Grown>(), 8) };
+        assert_eq!(
+            copy,
+            Grown {
+                size: 8,
+                old: 7,
+                added: 0
+            }
+        );
+    }
+
+    #[test]
+    fn a_longer_struct_is_copied_up_to_our_size() {
+        #[repr(C)]
+        struct Newer {
+            known: Grown,
+            later: u64,
+        }
+        let newer = Newer {
+            known: Grown {
+                size: 24,
+                old: 5,
+                added: 9,
+            },
+            later: 0xdead,
+        };
+        // SAFETY: 24 readable bytes, of which we take our 16.
+        let copy = unsafe { copy_declared((&raw const newer).cast::<Grown>(), 24) };
+        assert_eq!((copy.size, copy.old, copy.added), (24, 5, 9));
+        assert_eq!(newer.later, 0xdead);
+    }
 }

@@ -3,10 +3,14 @@
 //! The supervisor must never load application code, and the doctor must
 //! survive a plugin that crashes or hangs when opened. Both run this binary
 //! again as a throwaway child (`M0_PROBE_PLUGIN=path`), which opens the
-//! plugin, prints its descriptor as `key=value` lines and exits. For the
+//! plugin, prints its descriptor as `key=value` lines and exits (a refusal
+//! as `error=`, and its fix as `error_fix=`). For the
 //! doctor the child also runs the plugin's init with the real arguments
 //! (`M0_PROBE_INIT=1`), so an application that fails to import is found
-//! without serving anything.
+//! without serving anything (a failure as `init_error=CODE<tab>MESSAGE`, and
+//! its fix as `init_fix=`), and prints the facts the plugin stated
+//! (`M0Host::fact`) as `fact.KEY=VALUE` lines, which no other key begins
+//! with.
 
 use std::io::Read;
 use std::path::Path;
@@ -28,6 +32,41 @@ pub struct Report {
     pub init: Option<Result<(), PluginError>>,
     /// What the plugin logged (stderr of the child).
     pub log: String,
+    /// With init: the facts the plugin stated, in the order first stated.
+    pub facts: Vec<(String, String)>,
+}
+
+/// A fact's value on one line: backslash, newline and carriage return
+/// escaped as `\\`, `\n` and `\r`.
+fn escape(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn unescape(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => out.push('\n'),
+            Some('r') => out.push('\r'),
+            Some(other) => out.push(other),
+            None => out.push('\\'),
+        }
+    }
+    out
 }
 
 /// In the probe child: report and exit.
@@ -36,6 +75,9 @@ pub fn run_child(path: &Path) -> ! {
         Ok(plugin) => plugin,
         Err(e) => {
             println!("error={}", e.message.replace('\n', " "));
+            if let Some(fix) = &e.fix {
+                println!("error_fix={}", fix.replace('\n', " "));
+            }
             crate::worker::exit_now(e.exit_code)
         }
     };
@@ -43,11 +85,19 @@ pub fn run_child(path: &Path) -> ! {
     if std::env::var_os(PROBE_INIT_ENV).is_some() {
         match init_in_child(&plugin) {
             Ok(()) => println!("init=ok"),
-            Err(e) => println!(
-                "init_error={}\t{}",
-                e.exit_code,
-                e.message.replace('\n', " | ")
-            ),
+            Err(e) => {
+                println!(
+                    "init_error={}\t{}",
+                    e.exit_code,
+                    e.message.replace('\n', " | ")
+                );
+                if let Some(fix) = &e.fix {
+                    println!("init_fix={}", fix.replace('\n', " | "));
+                }
+            }
+        }
+        for (key, value) in super::host::facts() {
+            println!("fact.{key}={}", escape(&value));
         }
     }
     crate::worker::exit_now(0)
@@ -57,6 +107,7 @@ fn init_in_child(plugin: &Plugin) -> Result<(), PluginError> {
     let cli = crate::config::Cli::try_parse().map_err(|e| PluginError {
         exit_code: 2,
         message: e.to_string(),
+        fix: None,
     })?;
     let cfg = crate::config::Config::from_cli(cli);
     let usable = crate::topology::usable_cpus();
@@ -81,9 +132,11 @@ fn run_probe(path: &Path, timeout: Duration, with_init: bool) -> Report {
         descriptor: Err(PluginError {
             exit_code: EXIT_STARTUP,
             message,
+            fix: None,
         }),
         init: None,
         log: String::new(),
+        facts: Vec::new(),
     };
     let exe = match std::env::current_exe() {
         Ok(exe) => exe,
@@ -140,18 +193,26 @@ fn run_probe(path: &Path, timeout: Duration, with_init: bool) -> Report {
     let log = stderr_reader
         .and_then(|h| h.join().ok())
         .unwrap_or_default();
-    if let Some(message) = text.lines().find_map(|l| l.strip_prefix("error=")) {
+    let line = |key: &str| text.lines().find_map(|l| l.strip_prefix(key));
+    if let Some(message) = line("error=") {
         let exit_code = status.code().unwrap_or(EXIT_STARTUP);
         return Report {
             descriptor: Err(PluginError {
                 exit_code,
                 message: message.to_string(),
+                fix: line("error_fix=").map(str::to_string),
             }),
             init: None,
             log,
+            facts: Vec::new(),
         };
     }
     let descriptor = Descriptor::from_lines(&text);
+    let facts = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("fact.")?.split_once('='))
+        .map(|(key, value)| (key.to_string(), unescape(value)))
+        .collect();
     let init = text.lines().find_map(|l| {
         if l == "init=ok" {
             return Some(Ok(()));
@@ -160,6 +221,7 @@ fn run_probe(path: &Path, timeout: Duration, with_init: bool) -> Report {
         Some(Err(PluginError {
             exit_code: code.parse().unwrap_or(EXIT_STARTUP),
             message: message.to_string(),
+            fix: line("init_fix=").map(str::to_string),
         }))
     });
     match descriptor {
@@ -167,6 +229,7 @@ fn run_probe(path: &Path, timeout: Duration, with_init: bool) -> Report {
             descriptor: Ok(d),
             init,
             log,
+            facts,
         },
         _ => {
             let how = match (
@@ -192,16 +255,20 @@ fn run_probe(path: &Path, timeout: Duration, with_init: bool) -> Report {
                     init: Some(Err(PluginError {
                         exit_code: EXIT_STARTUP,
                         message,
+                        fix: None,
                     })),
                     log,
+                    facts,
                 },
                 None => Report {
                     descriptor: Err(PluginError {
                         exit_code: EXIT_STARTUP,
                         message,
+                        fix: None,
                     }),
                     init: None,
                     log,
+                    facts,
                 },
             }
         }

@@ -107,7 +107,7 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
     ])
     .map_err(|e| (1, format!("cannot install signal handlers: {e}")))?;
 
-    let plugin = Plugin::open(&setup.plugin_path).map_err(|e| (e.exit_code, e.message))?;
+    let plugin = Plugin::open(&setup.plugin_path).map_err(|e| (e.exit_code, e.to_string()))?;
     // SAFETY: the supervisor handed us this listening socket's descriptor
     // (inherited across fork, or adopted by number after exec); we own it now.
     let std_listener = unsafe { std::net::TcpListener::from_raw_fd(setup.listener_fd) };
@@ -132,7 +132,7 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
     );
     let calls = plugin
         .init(&host::HOST, &init_args.args)
-        .map_err(|e| (e.exit_code, e.message))?;
+        .map_err(|e| (e.exit_code, e.to_string()))?;
 
     let poll = mio::Poll::new().map_err(|e| (1, format!("cannot create the event loop: {e}")))?;
     let waker = mio::Waker::new(poll.registry(), event_loop::WAKER)

@@ -1,6 +1,7 @@
 /* A plugin that breaks the ABI in one way chosen at compile time, for the
  * loader's refusal tests. Each -D picks the defect. */
 #include "m0serve.h"
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +16,9 @@
 #endif
 #ifndef INFO_SIZE
 #define INFO_SIZE sizeof(M0PluginInfo)
+#endif
+#ifndef CALLS_SIZE
+#define CALLS_SIZE sizeof(M0PluginCalls)
 #endif
 
 static const M0PluginInfo info = {
@@ -37,7 +41,7 @@ static int32_t handle(void *s, const M0Request *r, M0Response *resp) {
     return M0_ERR_INTERNAL;
 }
 
-static const M0PluginCalls calls = {.size = sizeof(M0PluginCalls), .handle = handle};
+static const M0PluginCalls calls = {.size = CALLS_SIZE, .handle = handle};
 #endif
 
 #ifdef CRASH_AT_LOAD
@@ -63,6 +67,21 @@ M0_EXPORT int32_t m0_plugin_init(const M0Host *host, const M0InitArgs *args, con
 #else
     return M0_INIT_FAILED;
 #endif
+#endif
+#ifdef STATES_FACTS
+    /* Facts for the doctor (ABI 1.2): a value with the characters the
+     * probe escapes, a key the host must refuse, and a key stated twice. */
+    if (host->size < offsetof(M0Host, fact) + sizeof host->fact) {
+        return M0_INIT_FAILED;
+    }
+#define FACT(k, v) host->fact((const uint8_t *)(k), strlen(k), (const uint8_t *)(v), strlen(v))
+    FACT("bad.replaced", "first");
+    FACT("bad.escaped", "one\ntwo\rthree\\four");
+    int32_t refused = FACT("Bad.Key", "x") == M0_ERR_INVALID && FACT("bad..key", "x") == M0_ERR_INVALID &&
+                      FACT("", "x") == M0_ERR_INVALID && FACT("bad.key=", "x") == M0_ERR_INVALID;
+    FACT("bad.malformed_keys_refused", refused ? "yes" : "no");
+    FACT("bad.replaced", "second");
+#undef FACT
 #endif
     (void)error;
     *out = &calls;

@@ -3,8 +3,8 @@
 use std::sync::OnceLock;
 
 use m0serve_abi::{
-    M0_COUNTER_LOCK_WAIT_NS, M0_COUNTER_LOCK_WAITS, M0_LOG_DEBUG, M0_LOG_ERROR, M0_LOG_INFO,
-    M0_LOG_WARN, M0Header, M0Host, M0Request, M0Response,
+    HOST_FACT_END, M0_COUNTER_LOCK_WAIT_NS, M0_COUNTER_LOCK_WAITS, M0_LOG_DEBUG, M0_LOG_ERROR,
+    M0_LOG_INFO, M0_LOG_WARN, M0Header, M0Host, M0Request, M0Response, MIN_HOST_SIZE, covers,
 };
 
 /// The host functions this plugin uses. Copied out of the `M0Host` table so
@@ -19,12 +19,11 @@ pub struct Host {
     body_read: unsafe extern "C" fn(*const M0Request, *mut u8, usize) -> isize,
     now_ns: unsafe extern "C" fn() -> u64,
     counter_add: unsafe extern "C" fn(u32, u64),
+    /// 1.2; `None` from an older host, whose table ends before it.
+    fact: Option<unsafe extern "C" fn(*const u8, usize, *const u8, usize) -> i32>,
 }
 
 static HOST: OnceLock<Host> = OnceLock::new();
-
-/// The smallest `M0Host` this plugin can use: it needs every v1.0 function.
-const MIN_HOST_SIZE: usize = std::mem::size_of::<M0Host>();
 
 impl Host {
     /// Copies the table. Fails when the host's table is too short.
@@ -32,36 +31,54 @@ impl Host {
     /// # Safety
     /// `host` must point to a valid `M0Host` whose `size` tells the truth.
     pub unsafe fn install(host: *const M0Host) -> Result<&'static Host, String> {
+        // SAFETY: the caller's contract is `read`'s.
+        let table = unsafe { Host::read(host) }?;
+        Ok(HOST.get_or_init(|| table))
+    }
+
+    /// The functions of the table at `host`, as many as its `size` says
+    /// it has.
+    ///
+    /// # Safety
+    /// As for `install`.
+    unsafe fn read(host: *const M0Host) -> Result<Host, String> {
         if host.is_null() {
             return Err("wsgi: the host passed no function table".into());
         }
-        // SAFETY: non-null, and the caller guarantees it points to an M0Host
-        // at least `size` bytes long; we read `size` first, then only fields
-        // that `size` covers.
-        let table = unsafe { &*host };
-        if (table.size as usize) < MIN_HOST_SIZE {
+        // SAFETY: non-null, and the caller guarantees that `size` bytes of
+        // M0Host are readable there; `size` is the first field of every
+        // version.
+        let size = unsafe { (*host).size };
+        if size < MIN_HOST_SIZE {
             return Err(format!(
-                "wsgi: the host's function table is {} bytes, this plugin needs {MIN_HOST_SIZE}",
-                table.size
+                "wsgi: the host's function table is {size} bytes, this plugin needs {MIN_HOST_SIZE}"
             ));
         }
-        if table.abi_major != m0serve_abi::M0_ABI_MAJOR {
+        // The table is read field by field through the pointer, never as a
+        // whole `&M0Host`: an older host's table is shorter than ours.
+        // SAFETY: the size check covers every 1.0 field.
+        let major = unsafe { (*host).abi_major };
+        if major != m0serve_abi::M0_ABI_MAJOR {
             return Err(format!(
-                "wsgi: host ABI major {} differs from the plugin's {}",
-                table.abi_major,
+                "wsgi: host ABI major {major} differs from the plugin's {}",
                 m0serve_abi::M0_ABI_MAJOR
             ));
         }
-        Ok(HOST.get_or_init(|| Host {
-            log: table.log,
-            response_start: table.response_start,
-            response_write: table.response_write,
-            response_finish: table.response_finish,
-            response_send: table.response_send,
-            body_read: table.body_read,
-            now_ns: table.now_ns,
-            counter_add: table.counter_add,
-        }))
+        // SAFETY: as above, every field read here is a 1.0 function.
+        Ok(unsafe {
+            Host {
+                log: (*host).log,
+                response_start: (*host).response_start,
+                response_write: (*host).response_write,
+                response_finish: (*host).response_finish,
+                response_send: (*host).response_send,
+                body_read: (*host).body_read,
+                now_ns: (*host).now_ns,
+                counter_add: (*host).counter_add,
+                // SAFETY: read only when `size` says the host's table has it.
+                fact: covers(size, HOST_FACT_END).then(|| (*host).fact),
+            }
+        })
     }
 
     /// The installed table. Only called after a successful init.
@@ -95,6 +112,17 @@ impl Host {
 
     pub fn debug(&self, message: &str) {
         self.log(M0_LOG_DEBUG, message)
+    }
+
+    /// States a fact for the host's `--doctor` and startup checks (see
+    /// `M0Host::fact`); an older host without `fact` hears nothing. The
+    /// caller passes a well-formed key, so the status is not looked at.
+    pub fn fact(&self, key: &str, value: &str) {
+        if let Some(fact) = self.fact {
+            // SAFETY: a host function valid for the life of the process;
+            // both pointers describe strings alive for the call.
+            unsafe { fact(key.as_ptr(), key.len(), value.as_ptr(), value.len()) };
+        }
     }
 
     pub fn now_ns(&self) -> u64 {
@@ -175,5 +203,82 @@ impl Host {
                 body.len(),
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    unsafe extern "C" fn log(_: u32, _: *const u8, _: usize) {}
+    unsafe extern "C" fn start(
+        _: *mut M0Response,
+        _: u16,
+        _: *const M0Header,
+        _: usize,
+        _: i64,
+    ) -> i32 {
+        0
+    }
+    unsafe extern "C" fn write(_: *mut M0Response, _: *const u8, _: usize) -> i32 {
+        0
+    }
+    unsafe extern "C" fn finish(_: *mut M0Response) -> i32 {
+        0
+    }
+    unsafe extern "C" fn send(
+        _: *mut M0Response,
+        _: u16,
+        _: *const M0Header,
+        _: usize,
+        _: *const u8,
+        _: usize,
+    ) -> i32 {
+        0
+    }
+    unsafe extern "C" fn read_body(_: *const M0Request, _: *mut u8, _: usize) -> isize {
+        0
+    }
+    unsafe extern "C" fn now() -> u64 {
+        0
+    }
+    unsafe extern "C" fn count(_: u32, _: u64) {}
+    unsafe extern "C" fn fact(_: *const u8, _: usize, _: *const u8, _: usize) -> i32 {
+        0
+    }
+
+    fn table(size: u32) -> M0Host {
+        M0Host {
+            size,
+            abi_major: m0serve_abi::M0_ABI_MAJOR,
+            abi_minor: m0serve_abi::M0_ABI_MINOR,
+            log,
+            response_start: start,
+            response_write: write,
+            response_finish: finish,
+            response_send: send,
+            body_read: read_body,
+            now_ns: now,
+            counter_add: count,
+            fact,
+        }
+    }
+
+    #[test]
+    fn fact_is_used_only_when_the_hosts_size_covers_it() {
+        let full = table(size_of::<M0Host>() as u32);
+        // SAFETY: a whole, valid table.
+        assert!(unsafe { Host::read(&full) }.unwrap().fact.is_some());
+        // A host before 1.2 says its table ends at counter_add.
+        let older = table(MIN_HOST_SIZE);
+        // SAFETY: valid, and longer than it says.
+        assert!(unsafe { Host::read(&older) }.unwrap().fact.is_none());
+        let short = table(MIN_HOST_SIZE - 8);
+        // SAFETY: as above.
+        let refused = unsafe { Host::read(&short) }.err().unwrap();
+        assert!(
+            refused.contains(&format!("this plugin needs {MIN_HOST_SIZE}")),
+            "{refused}"
+        );
     }
 }

@@ -249,7 +249,8 @@ unsafe fn init(host: &'static Host, args: *const M0InitArgs) -> Result<AppState,
     let multithread = args.max_handler_threads.max(args.handler_threads) > 1;
     let multiprocess = args.workers > 1;
 
-    let loaded = Python::attach(|py| -> Result<(AppState, String), InitError> {
+    type Facts = Vec<(&'static str, String)>;
+    let loaded = Python::attach(|py| -> Result<(AppState, String, Facts), InitError> {
         if started_here {
             interp::keep_signals_default(py).map_err(|e| {
                 InitError::failed(format!("wsgi: cannot reset Python's SIGINT handler: {e}"))
@@ -293,30 +294,38 @@ unsafe fn init(host: &'static Host, args: *const M0InitArgs) -> Result<AppState,
             if multithread { "True" } else { "False" },
             if multiprocess { "True" } else { "False" },
         );
-        // The same facts, one tab-separated key=value line, for --doctor.
-        let facts = format!(
-            "wsgi-facts: version={}\tlibpython={}\texecutable={}\tprefix={}\tbase_prefix={}\tvenv={}\tapp={}\tresolved={}\tfork_unsafe={}",
-            attr("version").replace(['\n', '\t'], " "),
-            libpython
-                .as_deref()
-                .map(|p| p.display().to_string())
-                .unwrap_or_default(),
-            attr("executable"),
-            attr("prefix"),
-            attr("base_prefix"),
-            setup
-                .venv
-                .as_deref()
-                .map(|v| v.display().to_string())
-                .unwrap_or_default(),
-            spec.display(),
-            app.repr()
-                .map(|r| r.to_string())
-                .unwrap_or_default()
-                .replace(['\n', '\t'], " "),
-            fork_unsafe_modules(&sys).join(","),
-        );
-        let about = format!("{about}\n{facts}");
+        // The same, as facts for the host's --doctor and checks (an empty
+        // libpython or venv: not found, none).
+        let facts = vec![
+            ("python.version", attr("version").replace('\n', " ")),
+            (
+                "python.libpython",
+                libpython
+                    .as_deref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+            ),
+            ("python.executable", attr("executable")),
+            ("python.prefix", attr("prefix")),
+            ("python.base_prefix", attr("base_prefix")),
+            (
+                "python.venv",
+                setup
+                    .venv
+                    .as_deref()
+                    .map(|v| v.display().to_string())
+                    .unwrap_or_default(),
+            ),
+            ("python.app", spec.display()),
+            (
+                "python.resolved",
+                app.repr().map(|r| r.to_string()).unwrap_or_default(),
+            ),
+            (
+                "python.fork_unsafe_modules",
+                fork_unsafe_modules(&sys).join(","),
+            ),
+        ];
         let name_port = (server_port != 0).then(|| {
             (
                 PyString::new(py, &server_ip).unbind(),
@@ -335,6 +344,7 @@ unsafe fn init(host: &'static Host, args: *const M0InitArgs) -> Result<AppState,
                 spec: spec.display(),
             },
             about,
+            facts,
         ))
     });
     if started_here {
@@ -343,9 +353,10 @@ unsafe fn init(host: &'static Host, args: *const M0InitArgs) -> Result<AppState,
         // main thread state is kept (never finalised).
         unsafe { ffi::PyEval_SaveThread() };
     }
-    let (app, about) = loaded?;
-    for line in about.lines() {
-        host.info(line);
+    let (app, about, facts) = loaded?;
+    host.info(&about);
+    for (key, value) in &facts {
+        host.fact(key, value);
     }
     Ok(app)
 }
