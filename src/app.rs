@@ -10,6 +10,7 @@ use clap::Parser;
 use crate::checks;
 use crate::config::{Cli, Config};
 use crate::plugin::probe;
+use crate::process;
 use crate::supervisor::{self, Plan};
 use crate::worker::{self, WorkerSetup};
 
@@ -36,7 +37,7 @@ pub fn main() -> i32 {
         }
     };
     let cfg = Config::from_cli(cli);
-    if let Some(index) = std::env::var_os(supervisor::ENV_WORKER_INDEX) {
+    if let Some(index) = std::env::var_os(process::ENV_WORKER_INDEX) {
         run_spawned_worker(&cfg, index.to_string_lossy().parse().unwrap_or(0));
     }
     if cfg.cli.doctor {
@@ -90,14 +91,14 @@ fn run_spawned_worker(cfg: &Config, index: u32) -> ! {
     crate::log::set_role(format!("worker {index}"));
     let fail = |message: String| -> ! {
         crate::log::error(format_args!("{message}"));
-        worker::exit_now(78)
+        process::exit_now(78)
     };
     let (listener_fd, ready_fd, share) =
         supervisor::adopt_spawned_fds(cfg.cli.workers as usize).unwrap_or_else(|e| fail(e));
-    let Some(plugin_path) = std::env::var_os(supervisor::ENV_PLUGIN_FILE) else {
+    let Some(plugin_path) = std::env::var_os(process::ENV_PLUGIN_FILE) else {
         fail(format!(
             "spawned worker started without {}",
-            supervisor::ENV_PLUGIN_FILE
+            process::ENV_PLUGIN_FILE
         ))
     };
     worker::run(

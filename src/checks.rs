@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::config::Config;
 use crate::plugin::descriptor::ProcessLock;
 use crate::plugin::{Descriptor, probe, resolve};
-use crate::supervisor::Mode;
+use crate::process::Mode;
 use crate::worker::sizing::{self, PoolPlan};
 
 /// How long a plugin may take to load in the probe.
@@ -159,7 +159,7 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
         ));
         return f;
     };
-    let path = std::env::var_os(crate::supervisor::ENV_PLUGIN_FILE).map(PathBuf::from);
+    let path = std::env::var_os(crate::process::ENV_PLUGIN_FILE).map(PathBuf::from);
     let path = match path.map(Ok).unwrap_or_else(|| resolve(spec)) {
         Ok(p) => p,
         Err(e) => {

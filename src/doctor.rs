@@ -5,7 +5,7 @@
 use crate::checks::{self, Findings};
 use crate::config::Config;
 use crate::json::Json;
-use crate::supervisor::Mode;
+use crate::process::Mode;
 
 /// FNV-1a of the checked-in header, so a bug report names the exact ABI.
 pub fn header_fingerprint() -> String {

@@ -15,6 +15,7 @@ pub mod json;
 pub mod listener;
 pub mod log;
 pub mod plugin;
+pub mod process;
 pub mod shared_page;
 pub mod signals;
 pub mod supervisor;

@@ -36,7 +36,7 @@ pub fn run_child(path: &Path) -> ! {
         Ok(plugin) => plugin,
         Err(e) => {
             println!("error={}", e.message.replace('\n', " "));
-            crate::worker::exit_now(e.exit_code)
+            crate::process::exit_now(e.exit_code)
         }
     };
     print!("{}", plugin.descriptor.to_lines());
@@ -50,7 +50,7 @@ pub fn run_child(path: &Path) -> ! {
             ),
         }
     }
-    crate::worker::exit_now(0)
+    crate::process::exit_now(0)
 }
 
 fn init_in_child(plugin: &Plugin) -> Result<(), PluginError> {

@@ -1,8 +1,6 @@
 //! A worker process: opens the plugin, starts the handler pool, runs the
-//! event loop on the shared listener, drains on SIGTERM, and exits.
-//!
-//! A worker always leaves through `_exit`: runtimes inside plugins (CPython)
-//! must not be torn down by atexit handlers while their threads may still run.
+//! event loop on the shared listener, drains on SIGTERM, and leaves through
+//! `process::exit_now` (`_exit`, for the reason given there).
 
 pub mod accept_share;
 pub mod adaptive;
@@ -15,7 +13,6 @@ pub mod schedstat;
 pub mod sizing;
 
 use std::ffi::CString;
-use std::io::Write;
 use std::os::fd::{FromRawFd, RawFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -84,15 +81,7 @@ pub fn run(cfg: &Config, setup: WorkerSetup) -> ! {
             code
         }
     };
-    exit_now(code)
-}
-
-/// Flush what we printed and leave without running atexit handlers.
-pub fn exit_now(code: i32) -> ! {
-    let _ = std::io::stdout().flush();
-    let _ = std::io::stderr().flush();
-    // SAFETY: _exit has no preconditions; see the module docs for why not exit.
-    unsafe { libc::_exit(code) }
+    crate::process::exit_now(code)
 }
 
 fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
