@@ -120,7 +120,7 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
         "host",
         format!(
             "listen on {}",
-            crate::supervisor::fmt_addr(SocketAddr::new(ip, cli.port))
+            crate::listener::fmt_addr(SocketAddr::new(ip, cli.port))
         ),
     ));
 
@@ -317,7 +317,7 @@ pub fn record_bind(f: &mut Findings, result: Result<SocketAddr, (i32, String)>) 
         Ok(addr) => {
             f.push(Check::pass(
                 "port",
-                format!("{} is free", crate::supervisor::fmt_addr(addr)),
+                format!("{} is free", crate::listener::fmt_addr(addr)),
             ));
         }
         Err((code, message)) => {

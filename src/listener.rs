@@ -24,6 +24,15 @@ pub fn parse_host(host: &str) -> Result<IpAddr, String> {
     })
 }
 
+/// An address as `--host` and `--port` would name it: `127.0.0.1:8000`,
+/// `[::1]:8000`.
+pub fn fmt_addr(addr: SocketAddr) -> String {
+    match addr {
+        SocketAddr::V6(v6) => format!("[{}]:{}", v6.ip(), v6.port()),
+        v4 => v4.to_string(),
+    }
+}
+
 pub struct BindError {
     pub exit_code: i32,
     pub message: String,

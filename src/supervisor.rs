@@ -446,7 +446,7 @@ impl Supervisor<'_> {
             };
             crate::log::info(format_args!(
                 "ready: serving http://{} with plugin {} ({} worker(s), {mode} mode)",
-                fmt_addr(p.addr),
+                crate::listener::fmt_addr(p.addr),
                 p.plugin_name,
                 p.workers
             ));
@@ -638,13 +638,6 @@ impl Supervisor<'_> {
             .map(|(_, send)| dup(send))
             .collect::<Option<Vec<_>>>()?;
         Some(worker::ShareFds { page, recv, sends })
-    }
-}
-
-pub fn fmt_addr(addr: std::net::SocketAddr) -> String {
-    match addr {
-        std::net::SocketAddr::V6(v6) => format!("[{}]:{}", v6.ip(), v6.port()),
-        v4 => v4.to_string(),
     }
 }
 
