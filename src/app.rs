@@ -9,7 +9,8 @@ use clap::Parser;
 
 use crate::checks;
 use crate::config::{Cli, Config};
-use crate::plugin::probe;
+use crate::plugin::init_args::InitArgsOwned;
+use crate::plugin::{Plugin, PluginError, probe};
 use crate::process;
 use crate::supervisor::{self, Plan};
 use crate::worker::{self, WorkerSetup};
@@ -17,7 +18,7 @@ use crate::worker::{self, WorkerSetup};
 /// Returns the process exit code.
 pub fn main() -> i32 {
     if let Some(path) = std::env::var_os(probe::PROBE_ENV) {
-        probe::run_child(&PathBuf::from(path));
+        probe::run_child(&PathBuf::from(path), init_in_probe);
     }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -77,6 +78,31 @@ pub fn main() -> i32 {
         addr: bound,
     };
     supervisor::run(&cfg, &plan, listener)
+}
+
+/// The doctor's probe child: the plugin's init with the arguments the
+/// first forked worker would get, from this process's own command line.
+fn init_in_probe(plugin: &Plugin) -> Result<(), PluginError> {
+    let cli = Cli::try_parse().map_err(|e| PluginError {
+        exit_code: 2,
+        message: e.to_string(),
+    })?;
+    let cfg = Config::from_cli(cli);
+    let usable = crate::topology::usable_cpus();
+    let plan = worker::sizing::plan(&plugin.descriptor, cfg.cli.blocking_threads, usable);
+    let host = cfg.cli.host.clone();
+    let args = InitArgsOwned::new(
+        &cfg,
+        0,
+        false,
+        plan.initial as u32,
+        plan.max as u32,
+        &host,
+        cfg.cli.port,
+    );
+    plugin
+        .init(&crate::plugin::host::HOST, &args.args)
+        .map(|_| ())
 }
 
 fn refuse(check: &checks::Check) -> i32 {

@@ -3,6 +3,7 @@
 
 pub mod descriptor;
 pub mod host;
+pub mod init_args;
 pub mod loader;
 pub mod probe;
 

@@ -13,8 +13,6 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use clap::Parser;
-
 use super::descriptor::Descriptor;
 use super::loader::{EXIT_STARTUP, Plugin, PluginError};
 
@@ -30,8 +28,11 @@ pub struct Report {
     pub log: String,
 }
 
-/// In the probe child: report and exit.
-pub fn run_child(path: &Path) -> ! {
+/// In the probe child: report and exit. With `M0_PROBE_INIT` set, `init`
+/// runs the plugin's init; the caller builds its arguments, since they need
+/// the command line and the worker's pool plan, which the plugin layer does
+/// not know.
+pub fn run_child(path: &Path, init: impl FnOnce(&Plugin) -> Result<(), PluginError>) -> ! {
     let plugin = match Plugin::open(path) {
         Ok(plugin) => plugin,
         Err(e) => {
@@ -41,7 +42,7 @@ pub fn run_child(path: &Path) -> ! {
     };
     print!("{}", plugin.descriptor.to_lines());
     if std::env::var_os(PROBE_INIT_ENV).is_some() {
-        match init_in_child(&plugin) {
+        match init(&plugin) {
             Ok(()) => println!("init=ok"),
             Err(e) => println!(
                 "init_error={}\t{}",
@@ -51,19 +52,6 @@ pub fn run_child(path: &Path) -> ! {
         }
     }
     crate::process::exit_now(0)
-}
-
-fn init_in_child(plugin: &Plugin) -> Result<(), PluginError> {
-    let cli = crate::config::Cli::try_parse().map_err(|e| PluginError {
-        exit_code: 2,
-        message: e.to_string(),
-    })?;
-    let cfg = crate::config::Config::from_cli(cli);
-    let usable = crate::topology::usable_cpus();
-    let plan = crate::worker::sizing::plan(&plugin.descriptor, cfg.cli.blocking_threads, usable);
-    let host = cfg.cli.host.clone();
-    let args = crate::worker::InitArgsOwned::new(&cfg, 0, false, &plan, &host, cfg.cli.port);
-    plugin.init(&super::host::HOST, &args.args).map(|_| ())
 }
 
 /// Probe `path` in a child, waiting at most `timeout`.

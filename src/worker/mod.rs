@@ -12,16 +12,15 @@ pub mod pool;
 pub mod schedstat;
 pub mod sizing;
 
-use std::ffi::CString;
 use std::os::fd::{FromRawFd, RawFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use m0serve_abi as abi;
 use nix::sys::signal::Signal;
 
 use crate::config::Config;
+use crate::plugin::init_args::InitArgsOwned;
 use crate::plugin::{Plugin, host};
 use crate::signals::SignalPipe;
 use event_loop::{EventLoop, Exit};
@@ -116,7 +115,8 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
         cfg,
         setup.index,
         setup.spawned,
-        &plan,
+        plan.initial as u32,
+        plan.max as u32,
         &server_ip,
         local.port(),
     );
@@ -259,53 +259,4 @@ fn announce_ready(fd: RawFd, index: u32) {
     unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
     // SAFETY: the descriptor is ours and used only here.
     unsafe { libc::close(fd) };
-}
-
-/// `M0InitArgs` and the strings it points into.
-pub struct InitArgsOwned {
-    pub args: abi::M0InitArgs,
-    _strings: Vec<CString>,
-}
-
-impl InitArgsOwned {
-    pub fn new(
-        cfg: &Config,
-        index: u32,
-        spawned: bool,
-        plan: &sizing::PoolPlan,
-        server_ip: &str,
-        port: u16,
-    ) -> InitArgsOwned {
-        let venv = cfg
-            .cli
-            .venv
-            .as_ref()
-            .map(|p| p.display().to_string())
-            .unwrap_or_default();
-        let strings = vec![
-            CString::new(cfg.cli.arg.clone().unwrap_or_default()).unwrap_or_default(),
-            CString::new(cfg.cli.app_dir.display().to_string()).unwrap_or_default(),
-            CString::new(venv).unwrap_or_default(),
-            CString::new(server_ip).unwrap_or_default(),
-        ];
-        let view = |i: usize| abi::M0Str::from_bytes(strings[i].as_bytes());
-        let args = abi::M0InitArgs {
-            size: std::mem::size_of::<abi::M0InitArgs>() as u32,
-            worker_index: index,
-            workers: cfg.cli.workers,
-            handler_threads: plan.initial as u32,
-            max_handler_threads: plan.max as u32,
-            spawned: u32::from(spawned),
-            arg: view(0),
-            app_dir: view(1),
-            venv: view(2),
-            server: abi::M0SockAddr { ip: view(3), port },
-        };
-        // The views point into the CStrings' heap buffers, which do not move
-        // when the Vec does.
-        InitArgsOwned {
-            args,
-            _strings: strings,
-        }
-    }
 }
