@@ -155,10 +155,7 @@ fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
             .str("worker_mode_reason", why),
         None => j.null("worker_mode"),
     };
-    j.bool(
-        "accept_sharing",
-        cli.workers > 1 && accept_sharing_enabled(),
-    );
+    j.bool("accept_sharing", cli.workers > 1 && cli.accept_share);
     j.begin_object(Some("handler_threads"));
     match &f.pool {
         Some(p) => {
@@ -244,11 +241,4 @@ fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
     }
     j.end_array().end_object();
     j.finish()
-}
-
-/// `M0_ACCEPT_SHARE=0` turns accept sharing off (for measurement).
-pub fn accept_sharing_enabled() -> bool {
-    std::env::var("M0_ACCEPT_SHARE")
-        .map(|v| v != "0")
-        .unwrap_or(true)
 }

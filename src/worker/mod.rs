@@ -146,7 +146,7 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
             setup.index as usize,
             fds.recv,
             fds.sends,
-            crate::doctor::accept_sharing_enabled(),
+            cfg.cli.accept_share,
         )
     });
     let mut event_loop = EventLoop::new(poll, listener, pool, controller, share, cfg, signals)
