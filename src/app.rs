@@ -59,7 +59,7 @@ pub fn main() -> i32 {
     let listener = match crate::listener::bind(addr, cfg.cli.backlog) {
         Ok(fd) => fd,
         Err(e) => {
-            checks::record_bind(&mut findings, Err((e.exit_code, e.message)));
+            checks::record_bind(&mut findings, Err(e));
             return refuse(findings.failure().expect("just recorded a failure"));
         }
     };

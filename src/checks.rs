@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::config::Config;
+use crate::listener::BindError;
 use crate::plugin::descriptor::ProcessLock;
 use crate::plugin::{Descriptor, probe, resolve};
 use crate::process::Mode;
@@ -300,7 +301,6 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
     f
 }
 
-/// Record the outcome of binding (or the doctor's trial bind).
 /// Splits an error message that ends with its own fix at the first of
 /// `separators` (each two characters of punctuation and space, then the
 /// fix), so the fix is reported once, as the fix; `fallback` when the
@@ -312,22 +312,14 @@ fn detail_and_fix(message: String, separators: &[&str], fallback: &str) -> (Stri
     }
 }
 
-pub fn record_bind(f: &mut Findings, result: Result<SocketAddr, (i32, String)>) {
-    match result {
-        Ok(addr) => {
-            f.push(Check::pass(
-                "port",
-                format!("{} is free", crate::listener::fmt_addr(addr)),
-            ));
-        }
-        Err((code, message)) => {
-            // The listener's messages end with their fix after "; ".
-            let (detail, fix) = detail_and_fix(
-                message,
-                &["; "],
-                "stop the other process or pick another port with --port",
-            );
-            f.push(Check::fail("port", code, detail, fix));
-        }
-    }
+/// Record the outcome of binding (or the doctor's trial bind).
+pub fn record_bind(f: &mut Findings, result: Result<SocketAddr, BindError>) {
+    let check = match result {
+        Ok(addr) => Check::pass(
+            "port",
+            format!("{} is free", crate::listener::fmt_addr(addr)),
+        ),
+        Err(e) => Check::fail("port", e.exit_code, e.message, e.fix),
+    };
+    f.push(check);
 }

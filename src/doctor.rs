@@ -24,8 +24,7 @@ pub fn run(cfg: &Config) -> i32 {
     {
         // Bind and release at once: the only way to know the port is free.
         let result = crate::listener::bind(addr, 1)
-            .map(|fd| crate::listener::local_addr(&fd).unwrap_or(addr))
-            .map_err(|e| (e.exit_code, e.message));
+            .map(|fd| crate::listener::local_addr(&fd).unwrap_or(addr));
         checks::record_bind(&mut findings, result);
     }
     let exit = findings.exit_code();
