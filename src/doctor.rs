@@ -99,7 +99,7 @@ fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
                 .str("process_lock", d.process_lock_name())
                 .bool("needs_exec", d.needs_exec)
                 .num("compute_threads", d.compute_threads)
-                .bool("batching", d.batch)
+                .bool("declares_batch", d.batch)
                 .num("max_batch", d.max_batch)
                 .bool("declares_inline", d.inline);
         }
@@ -193,6 +193,12 @@ fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
             j.null("loop_calls");
         }
     }
+    // What the plugin declares about batches is reported under `plugin`;
+    // this says what the server does with it.
+    j.bool("batching", false).str(
+        "batching_reason",
+        "the core does not batch requests yet; handle is called once per request",
+    );
     j.end_object();
 
     j.begin_object(Some("server"))
