@@ -9,14 +9,16 @@ use clap::Parser;
 
 use crate::checks;
 use crate::config::{Cli, Config};
-use crate::plugin::probe;
+use crate::plugin::init_args::InitArgsOwned;
+use crate::plugin::{Plugin, PluginError, probe};
+use crate::process;
 use crate::supervisor::{self, Plan};
 use crate::worker::{self, WorkerSetup};
 
 /// Returns the process exit code.
 pub fn main() -> i32 {
     if let Some(path) = std::env::var_os(probe::PROBE_ENV) {
-        probe::run_child(&PathBuf::from(path));
+        probe::run_child(&PathBuf::from(path), init_in_probe);
     }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -36,7 +38,7 @@ pub fn main() -> i32 {
         }
     };
     let cfg = Config::from_cli(cli);
-    if let Some(index) = std::env::var_os(supervisor::ENV_WORKER_INDEX) {
+    if let Some(index) = std::env::var_os(process::ENV_WORKER_INDEX) {
         run_spawned_worker(&cfg, index.to_string_lossy().parse().unwrap_or(0));
     }
     if cfg.cli.doctor {
@@ -57,7 +59,7 @@ pub fn main() -> i32 {
     let listener = match crate::listener::bind(addr, cfg.cli.backlog) {
         Ok(fd) => fd,
         Err(e) => {
-            checks::record_bind(&mut findings, Err((e.exit_code, e.message)));
+            checks::record_bind(&mut findings, Err(e));
             return refuse(findings.failure().expect("just recorded a failure"));
         }
     };
@@ -78,6 +80,32 @@ pub fn main() -> i32 {
     supervisor::run(&cfg, &plan, listener)
 }
 
+/// The doctor's probe child: the plugin's init with the arguments the
+/// first forked worker would get, from this process's own command line.
+fn init_in_probe(plugin: &Plugin) -> Result<(), PluginError> {
+    let cli = Cli::try_parse().map_err(|e| PluginError {
+        exit_code: 2,
+        message: e.to_string(),
+        fix: None,
+    })?;
+    let cfg = Config::from_cli(cli);
+    let usable = crate::topology::usable_cpus();
+    let plan = worker::sizing::plan(&plugin.descriptor, cfg.cli.blocking_threads, usable);
+    let host = cfg.cli.host.clone();
+    let args = InitArgsOwned::new(
+        &cfg,
+        0,
+        false,
+        plan.initial as u32,
+        plan.max as u32,
+        &host,
+        cfg.cli.port,
+    );
+    plugin
+        .init(&crate::plugin::host::HOST, &args.args)
+        .map(|_| ())
+}
+
 fn refuse(check: &checks::Check) -> i32 {
     match &check.fix {
         Some(fix) => eprintln!("m0serve: {}; {fix}", check.detail),
@@ -90,14 +118,14 @@ fn run_spawned_worker(cfg: &Config, index: u32) -> ! {
     crate::log::set_role(format!("worker {index}"));
     let fail = |message: String| -> ! {
         crate::log::error(format_args!("{message}"));
-        worker::exit_now(78)
+        process::exit_now(78)
     };
     let (listener_fd, ready_fd, share) =
         supervisor::adopt_spawned_fds(cfg.cli.workers as usize).unwrap_or_else(|e| fail(e));
-    let Some(plugin_path) = std::env::var_os(supervisor::ENV_PLUGIN_FILE) else {
+    let Some(plugin_path) = std::env::var_os(process::ENV_PLUGIN_FILE) else {
         fail(format!(
             "spawned worker started without {}",
-            supervisor::ENV_PLUGIN_FILE
+            process::ENV_PLUGIN_FILE
         ))
     };
     worker::run(

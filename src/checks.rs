@@ -7,9 +7,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::config::Config;
+use crate::listener::BindError;
 use crate::plugin::descriptor::ProcessLock;
 use crate::plugin::{Descriptor, probe, resolve};
-use crate::supervisor::Mode;
+use crate::process::Mode;
 use crate::worker::sizing::{self, PoolPlan};
 
 /// How long a plugin may take to load in the probe.
@@ -130,7 +131,7 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
         "host",
         format!(
             "listen on {}",
-            crate::supervisor::fmt_addr(SocketAddr::new(ip, cli.port))
+            crate::listener::fmt_addr(SocketAddr::new(ip, cli.port))
         ),
     ));
 
@@ -169,7 +170,7 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
         ));
         return f;
     };
-    let path = std::env::var_os(crate::supervisor::ENV_PLUGIN_FILE).map(PathBuf::from);
+    let path = std::env::var_os(crate::process::ENV_PLUGIN_FILE).map(PathBuf::from);
     let path = match path.map(Ok).unwrap_or_else(|| resolve(spec)) {
         Ok(p) => p,
         Err(e) => {
@@ -307,33 +308,13 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
 }
 
 /// Record the outcome of binding (or the doctor's trial bind).
-/// Splits an error message that ends with its own fix at the first of
-/// `separators` (each two characters of punctuation and space, then the
-/// fix), so the fix is reported once, as the fix; `fallback` when the
-/// message names none.
-fn detail_and_fix(message: String, separators: &[&str], fallback: &str) -> (String, String) {
-    match separators.iter().find_map(|sep| message.find(sep)) {
-        Some(at) => (message[..at].to_string(), message[at + 2..].to_string()),
-        None => (message, fallback.to_string()),
-    }
-}
-
-pub fn record_bind(f: &mut Findings, result: Result<SocketAddr, (i32, String)>) {
-    match result {
-        Ok(addr) => {
-            f.push(Check::pass(
-                "port",
-                format!("{} is free", crate::supervisor::fmt_addr(addr)),
-            ));
-        }
-        Err((code, message)) => {
-            // The listener's messages end with their fix after "; ".
-            let (detail, fix) = detail_and_fix(
-                message,
-                &["; "],
-                "stop the other process or pick another port with --port",
-            );
-            f.push(Check::fail("port", code, detail, fix));
-        }
-    }
+pub fn record_bind(f: &mut Findings, result: Result<SocketAddr, BindError>) {
+    let check = match result {
+        Ok(addr) => Check::pass(
+            "port",
+            format!("{} is free", crate::listener::fmt_addr(addr)),
+        ),
+        Err(e) => Check::fail("port", e.exit_code, e.message, e.fix),
+    };
+    f.push(check);
 }

@@ -57,6 +57,13 @@ pub struct Cli {
     #[arg(long, env = "M0_NO_INLINE", value_parser = parse_bool_flag, num_args = 0, default_missing_value = "true", default_value = "false")]
     pub no_inline: bool,
 
+    /// Turn accept sharing off: with several workers, the worker that
+    /// accepts a connection keeps it instead of passing it to a less-loaded
+    /// sibling (for measurement). The variable names the setting itself:
+    /// M0_ACCEPT_SHARE=0 turns it off, 1 (the default) on.
+    #[arg(long = "no-accept-share", env = "M0_ACCEPT_SHARE", value_parser = parse_accept_share, num_args = 0, default_missing_value = "false", default_value = "true")]
+    pub accept_share: bool,
+
     /// Microseconds the event loop keeps polling, instead of sleeping, after
     /// its last event while it answers requests itself (inline or loop
     /// calls) and no handler thread is busy; 0 turns it off.
@@ -137,6 +144,18 @@ fn parse_bool_flag(s: &str) -> Result<bool, String> {
     }
 }
 
+/// `M0_ACCEPT_SHARE`, which names the setting and not its flag
+/// (`--no-accept-share` stands for false): `parse_bool_flag`'s values, and
+/// empty leaves the default (on), as an empty `M0_FLAG` leaves the other
+/// flags at theirs.
+fn parse_accept_share(s: &str) -> Result<bool, String> {
+    if s.is_empty() {
+        Ok(true)
+    } else {
+        parse_bool_flag(s)
+    }
+}
+
 /// `4096`, `16k`, `4m`, `1g` (binary units).
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
@@ -213,6 +232,46 @@ mod tests {
         assert_eq!(cli.port, 9001);
         assert!(Cli::try_parse_from(["m0serve", "--port", "80eighty"]).is_err());
         assert!(Cli::try_parse_from(["m0serve", "--workers", "0"]).is_err());
+    }
+
+    #[test]
+    fn accept_share_flag_beats_env_beats_default() {
+        const VAR: &str = "M0_ACCEPT_SHARE";
+        let parse = |extra: &[&str]| {
+            let args = ["m0serve", "--plugin", "x"].iter().chain(extra);
+            Cli::try_parse_from(args).unwrap().accept_share
+        };
+        let set = |value: Option<&str>| {
+            // SAFETY: std serialises its own reads and writes of the
+            // environment, and clap reads it through std; no test in this
+            // binary reads the environment from C, and no other test reads
+            // this variable (each value set here is a valid one, so a parse
+            // racing with this test still succeeds).
+            unsafe {
+                match value {
+                    Some(v) => std::env::set_var(VAR, v),
+                    None => std::env::remove_var(VAR),
+                }
+            }
+        };
+        set(None);
+        assert!(parse(&[]), "on by default");
+        assert!(!parse(&["--no-accept-share"]));
+        assert!(Cli::try_parse_from(["m0serve", "--no-accept-share=1"]).is_err());
+        set(Some("0"));
+        assert!(!parse(&[]), "{VAR}=0 turns it off");
+        set(Some("off"));
+        assert!(!parse(&[]));
+        set(Some("1"));
+        assert!(parse(&[]), "{VAR}=1 keeps it on");
+        assert!(
+            !parse(&["--no-accept-share"]),
+            "the flag beats the variable"
+        );
+        set(Some(""));
+        assert!(parse(&[]), "empty is the default");
+        set(None);
+        assert!(parse_accept_share("sometimes").is_err());
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use crate::checks::{self, Findings};
 use crate::config::Config;
 use crate::json::Json;
-use crate::supervisor::Mode;
+use crate::process::Mode;
 
 /// FNV-1a of the checked-in header, so a bug report names the exact ABI.
 pub fn header_fingerprint() -> String {
@@ -24,8 +24,7 @@ pub fn run(cfg: &Config) -> i32 {
     {
         // Bind and release at once: the only way to know the port is free.
         let result = crate::listener::bind(addr, 1)
-            .map(|fd| crate::listener::local_addr(&fd).unwrap_or(addr))
-            .map_err(|e| (e.exit_code, e.message));
+            .map(|fd| crate::listener::local_addr(&fd).unwrap_or(addr));
         checks::record_bind(&mut findings, result);
     }
     let exit = findings.exit_code();
@@ -114,7 +113,7 @@ fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
                 .str("process_lock", d.process_lock_name())
                 .bool("needs_exec", d.needs_exec)
                 .num("compute_threads", d.compute_threads)
-                .bool("batching", d.batch)
+                .bool("declares_batch", d.batch)
                 .num("max_batch", d.max_batch)
                 .bool("declares_inline", d.inline);
         }
@@ -169,10 +168,7 @@ fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
             .str("worker_mode_reason", why),
         None => j.null("worker_mode"),
     };
-    j.bool(
-        "accept_sharing",
-        cli.workers > 1 && accept_sharing_enabled(),
-    );
+    j.bool("accept_sharing", cli.workers > 1 && cli.accept_share);
     j.begin_object(Some("handler_threads"));
     match &f.pool {
         Some(p) => {
@@ -211,6 +207,12 @@ fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
             j.null("loop_calls");
         }
     }
+    // What the plugin declares about batches is reported under `plugin`;
+    // this says what the server does with it.
+    j.bool("batching", false).str(
+        "batching_reason",
+        "the core does not batch requests yet; handle is called once per request",
+    );
     j.end_object();
 
     j.begin_object(Some("server"))
@@ -258,11 +260,4 @@ fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
     }
     j.end_array().end_object();
     j.finish()
-}
-
-/// `M0_ACCEPT_SHARE=0` turns accept sharing off (for measurement).
-pub fn accept_sharing_enabled() -> bool {
-    std::env::var("M0_ACCEPT_SHARE")
-        .map(|v| v != "0")
-        .unwrap_or(true)
 }

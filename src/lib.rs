@@ -2,8 +2,32 @@
 //!
 //! Where things live: `app` (startup order), `checks` (what is refused and
 //! why), `supervisor` (worker processes), `worker::event_loop` (the accept
-//! and request path), `worker::pool` (handler threads), `plugin` (loading
-//! and the host table), `http` (framing).
+//! and request path), `worker::pool` (handler threads), `worker::loop_calls`
+//! (the loop's thread calling the plugin), `plugin` (loading, the host
+//! table, the call itself), `http` (framing).
+//!
+//! Inside a module folder the files form no cycle either, a submodule's use
+//! of its own parent aside (`tests/layering.rs` checks that too).
+//!
+//! # Layers
+//!
+//! Lowest first. A module uses only modules of the layers before its own,
+//! so no two modules depend on each other; `tests/layering.rs` reads this
+//! list and fails on a use that breaks it, or on a module left out of it.
+//!
+//! 1. `http`, `json`, `listener`, `log`, `process`, `shared_page`,
+//!    `signals`, `topology`: each stands on its own and uses no other
+//!    module of the crate.
+//! 2. `config`: the command line and environment, resolved once (its
+//!    request limits are `http`'s).
+//! 3. `plugin`: finding, probing and opening plugins, their init arguments,
+//!    the host table, the one place a plugin's `handle` is called
+//!    (`plugin::call`) and the response it writes (`plugin::exchange`).
+//! 4. `worker`: a worker process, from opening the plugin to its exit.
+//! 5. `checks`, `supervisor`: what is refused before binding, and why; the
+//!    worker processes.
+//! 6. `doctor`: the checks and the plan as `--doctor` reports them.
+//! 7. `app`: the startup order, which may use any of the above.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod app;
@@ -15,6 +39,7 @@ pub mod json;
 pub mod listener;
 pub mod log;
 pub mod plugin;
+pub mod process;
 pub mod shared_page;
 pub mod signals;
 pub mod supervisor;

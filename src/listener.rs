@@ -24,10 +24,35 @@ pub fn parse_host(host: &str) -> Result<IpAddr, String> {
     })
 }
 
+/// An address as `--host` and `--port` would name it: `127.0.0.1:8000`,
+/// `[::1]:8000`.
+pub fn fmt_addr(addr: SocketAddr) -> String {
+    match addr {
+        SocketAddr::V6(v6) => format!("[{}]:{}", v6.ip(), v6.port()),
+        v4 => v4.to_string(),
+    }
+}
+
+/// Why the listener could not be bound, and what to change: the port check
+/// reports the two apart, and the server prints them as one line.
+#[derive(Debug)]
 pub struct BindError {
     pub exit_code: i32,
+    /// The problem: "port 8000 on 127.0.0.1 is in use by another process".
     pub message: String,
+    /// What to change, naming the flag: "stop it or pick another port with
+    /// --port".
+    pub fix: String,
 }
+
+impl std::fmt::Display for BindError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}; {}", self.message, self.fix)
+    }
+}
+
+/// The fix for failures that name no better one.
+const FIX_OTHER: &str = "stop the other process or pick another port with --port";
 
 /// Bind and listen. Errors name the problem and the flag that fixes it.
 pub fn bind(addr: SocketAddr, backlog: u32) -> Result<OwnedFd, BindError> {
@@ -36,28 +61,33 @@ pub fn bind(addr: SocketAddr, backlog: u32) -> Result<OwnedFd, BindError> {
     } else {
         AddressFamily::Inet6
     };
-    let fail = |message: String| BindError {
+    let fail_with = |message: String, fix: &str| BindError {
         exit_code: 1,
         message,
+        fix: fix.to_string(),
     };
+    let fail = |message: String| fail_with(message, FIX_OTHER);
     let fd = socket::socket(family, SockType::Stream, SockFlag::SOCK_CLOEXEC, None)
         .map_err(|e| fail(format!("cannot create a socket: {e}")))?;
     socket::setsockopt(&fd, sockopt::ReuseAddr, &true)
         .map_err(|e| fail(format!("SO_REUSEADDR: {e}")))?;
     socket::bind(fd.as_raw_fd(), &SockaddrStorage::from(addr)).map_err(|e| match e {
-        nix::errno::Errno::EADDRINUSE => fail(format!(
-            "port {} on {} is in use by another process; stop it or pick another port with --port",
-            addr.port(),
-            addr.ip()
-        )),
-        nix::errno::Errno::EACCES => fail(format!(
-            "not allowed to listen on port {}; ports below 1024 need privileges, pick another with --port",
-            addr.port()
-        )),
-        nix::errno::Errno::EADDRNOTAVAIL => fail(format!(
-            "address {} is not on this machine; pick another with --host",
-            addr.ip()
-        )),
+        nix::errno::Errno::EADDRINUSE => fail_with(
+            format!(
+                "port {} on {} is in use by another process",
+                addr.port(),
+                addr.ip()
+            ),
+            "stop it or pick another port with --port",
+        ),
+        nix::errno::Errno::EACCES => fail_with(
+            format!("not allowed to listen on port {}", addr.port()),
+            "ports below 1024 need privileges, pick another with --port",
+        ),
+        nix::errno::Errno::EADDRNOTAVAIL => fail_with(
+            format!("address {} is not on this machine", addr.ip()),
+            "pick another with --host",
+        ),
         other => fail(format!("cannot listen on {addr}: {other}")),
     })?;
     let backlog = Backlog::new(backlog.min(i32::MAX as u32) as i32).unwrap_or(Backlog::MAXCONN);
@@ -92,10 +122,19 @@ mod tests {
         let addr = local_addr(&first).unwrap();
         let err = bind(addr, 16).err().unwrap();
         assert_eq!(err.exit_code, 1);
+        assert!(err.message.contains("in use"), "{err}");
+        assert!(err.fix.contains("--port"), "{err}");
         assert!(
-            err.message.contains("in use") && err.message.contains("--port"),
-            "{}",
-            err.message
+            !err.message.contains("--port"),
+            "the fix is said once: {err}"
+        );
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "port {} on 127.0.0.1 is in use by another process; {}",
+                addr.port(),
+                err.fix
+            )
         );
     }
 }

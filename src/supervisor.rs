@@ -20,37 +20,18 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, fork};
 
 use crate::config::Config;
+use crate::process::{
+    ENV_PLUGIN_FILE, ENV_SHARE_FDS, ENV_SPAWN_EXE, ENV_WORKER_INDEX, ENV_WORKER_SPAWNED, Mode,
+    SPAWN_LISTEN_FD, SPAWN_PAGE_FD, SPAWN_READY_FD, SPAWN_RECV_FD, SPAWN_SENDS_FD,
+};
 use crate::shared_page::SharedPage;
 use crate::signals::{STOP_SIGNALS, SignalPipe};
 use crate::worker::{self, WorkerSetup};
-
-/// Fixed descriptor numbers a spawned worker adopts.
-pub const SPAWN_LISTEN_FD: RawFd = 3;
-pub const SPAWN_READY_FD: RawFd = 4;
-/// With accept sharing: the shared page, this worker's channel, then every
-/// worker's send side from 7 on.
-pub const SPAWN_PAGE_FD: RawFd = 5;
-pub const SPAWN_RECV_FD: RawFd = 6;
-pub const SPAWN_SENDS_FD: RawFd = 7;
-/// Set for a spawned worker that was handed the page and channels.
-pub const ENV_SHARE_FDS: &str = "M0_SHARE_FDS";
-/// Environment a spawned worker is recognised by.
-pub const ENV_WORKER_INDEX: &str = "M0_WORKER_INDEX";
-pub const ENV_WORKER_SPAWNED: &str = "M0_WORKER_SPAWNED";
-pub const ENV_PLUGIN_FILE: &str = "M0_PLUGIN_FILE";
-/// Test hook: exec this path instead of our own binary.
-pub const ENV_SPAWN_EXE: &str = "M0_SPAWN_EXE";
 
 /// A death within this long of the start counts as a rapid crash.
 const RAPID: Duration = Duration::from_secs(1);
 const RAPID_LIMIT: u32 = 5;
 const EXIT_REFUSED: i32 = 78;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    Fork,
-    Spawn,
-}
 
 pub struct Plan {
     pub workers: u32,
@@ -465,7 +446,7 @@ impl Supervisor<'_> {
             };
             crate::log::info(format_args!(
                 "ready: serving http://{} with plugin {} ({} worker(s), {mode} mode)",
-                fmt_addr(p.addr),
+                crate::listener::fmt_addr(p.addr),
                 p.plugin_name,
                 p.workers
             ));
@@ -657,13 +638,6 @@ impl Supervisor<'_> {
             .map(|(_, send)| dup(send))
             .collect::<Option<Vec<_>>>()?;
         Some(worker::ShareFds { page, recv, sends })
-    }
-}
-
-pub fn fmt_addr(addr: std::net::SocketAddr) -> String {
-    match addr {
-        std::net::SocketAddr::V6(v6) => format!("[{}]:{}", v6.ip(), v6.port()),
-        v4 => v4.to_string(),
     }
 }
 

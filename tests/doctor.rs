@@ -235,6 +235,8 @@ fn doctor_reports_the_plugin_topology_and_limits() {
         j["plugin"]["facts"]["hello_c.blocking_routes"], "/sleep",
         "{j:#}"
     );
+    assert_eq!(j["plugin"]["declares_batch"], false);
+    assert_eq!(j["topology"]["batching"], false);
     assert_eq!(j["topology"]["inline_calls"], true, "{j:#}");
     let mut off = args.clone();
     off.push("--no-inline".into());
@@ -255,6 +257,30 @@ fn doctor_reports_the_plugin_topology_and_limits() {
         .collect();
     assert_eq!(&names[..4], ["host", "app-dir", "plugin", "plugin-abi"]);
     assert_eq!(names.last(), Some(&"port"));
+}
+
+#[test]
+fn a_declared_batch_is_reported_as_declared_and_the_server_says_it_does_not_batch() {
+    let batching = bad_plugin("doctor_batch8", &["-DCAPS=M0_CAP_BATCH", "-DMAX_BATCH=8"])
+        .display()
+        .to_string();
+    let (code, j) = doctor(&strings(&[
+        "--plugin",
+        &batching,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+    ]));
+    assert_eq!(code, 0, "{j:#}");
+    assert_eq!(j["plugin"]["declares_batch"], true, "{j:#}");
+    assert_eq!(j["plugin"]["max_batch"], 8, "{j:#}");
+    assert!(j["plugin"].get("batching").is_none(), "{j:#}");
+    assert_eq!(j["topology"]["batching"], false, "{j:#}");
+    assert_eq!(
+        j["topology"]["batching_reason"],
+        "the core does not batch requests yet; handle is called once per request"
+    );
 }
 
 #[test]

@@ -5,6 +5,7 @@ pub mod call;
 pub mod descriptor;
 pub mod exchange;
 pub mod host;
+pub mod init_args;
 pub mod loader;
 pub mod probe;
 

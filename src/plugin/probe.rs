@@ -17,8 +17,6 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use clap::Parser;
-
 use super::descriptor::Descriptor;
 use super::loader::{EXIT_STARTUP, Plugin, PluginError};
 
@@ -69,8 +67,11 @@ fn unescape(line: &str) -> String {
     out
 }
 
-/// In the probe child: report and exit.
-pub fn run_child(path: &Path) -> ! {
+/// In the probe child: report and exit. With `M0_PROBE_INIT` set, `init`
+/// runs the plugin's init; the caller builds its arguments, since they need
+/// the command line and the worker's pool plan, which the plugin layer does
+/// not know.
+pub fn run_child(path: &Path, init: impl FnOnce(&Plugin) -> Result<(), PluginError>) -> ! {
     let plugin = match Plugin::open(path) {
         Ok(plugin) => plugin,
         Err(e) => {
@@ -78,12 +79,12 @@ pub fn run_child(path: &Path) -> ! {
             if let Some(fix) = &e.fix {
                 println!("error_fix={}", fix.replace('\n', " "));
             }
-            crate::worker::exit_now(e.exit_code)
+            crate::process::exit_now(e.exit_code)
         }
     };
     print!("{}", plugin.descriptor.to_lines());
     if std::env::var_os(PROBE_INIT_ENV).is_some() {
-        match init_in_child(&plugin) {
+        match init(&plugin) {
             Ok(()) => println!("init=ok"),
             Err(e) => {
                 println!(
@@ -100,21 +101,7 @@ pub fn run_child(path: &Path) -> ! {
             println!("fact.{key}={}", escape(&value));
         }
     }
-    crate::worker::exit_now(0)
-}
-
-fn init_in_child(plugin: &Plugin) -> Result<(), PluginError> {
-    let cli = crate::config::Cli::try_parse().map_err(|e| PluginError {
-        exit_code: 2,
-        message: e.to_string(),
-        fix: None,
-    })?;
-    let cfg = crate::config::Config::from_cli(cli);
-    let usable = crate::topology::usable_cpus();
-    let plan = crate::worker::sizing::plan(&plugin.descriptor, cfg.cli.blocking_threads, usable);
-    let host = cfg.cli.host.clone();
-    let args = crate::worker::InitArgsOwned::new(&cfg, 0, false, &plan, &host, cfg.cli.port);
-    plugin.init(&super::host::HOST, &args.args).map(|_| ())
+    crate::process::exit_now(0)
 }
 
 /// Probe `path` in a child, waiting at most `timeout`.

@@ -30,7 +30,8 @@ pub struct AcceptShare {
     recv: OwnedFd,
     /// Every worker's channel (send side), by index.
     sends: Vec<OwnedFd>,
-    /// `M0_ACCEPT_SHARE=0` keeps the channels but passes nothing.
+    /// Off (`--no-accept-share`, `M0_ACCEPT_SHARE=0`): the channels are
+    /// kept but nothing is passed.
     enabled: bool,
 }
 

@@ -209,7 +209,7 @@ impl EventLoop {
         events: &mut Events,
         completions: &mut Vec<Completion>,
     ) -> io::Result<Option<Exit>> {
-        if super::fatal_stop_requested() {
+        if super::pool::fatal_stop_requested() {
             return Ok(Some(Exit::Immediate));
         }
         if let Some(deadline) = self.drain_deadline {

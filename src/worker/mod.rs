@@ -12,8 +12,8 @@
 //! Thread hooks (`thread_start`, `thread_stop`) run on each of those threads
 //! before its first call and after its last.
 //!
-//! A worker always leaves through `_exit`: runtimes inside plugins (CPython)
-//! must not be torn down by atexit handlers while their threads may still run.
+//! A worker leaves through `process::exit_now` (`_exit`, for the reason
+//! given there).
 
 pub mod accept_share;
 pub mod adaptive;
@@ -24,32 +24,19 @@ pub mod pool;
 pub mod schedstat;
 pub mod sizing;
 
-use std::ffi::CString;
-use std::io::Write;
 use std::os::fd::{FromRawFd, RawFd};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use m0serve_abi as abi;
 use nix::sys::signal::Signal;
 
 use crate::config::Config;
+use crate::plugin::init_args::InitArgsOwned;
 use crate::plugin::{Plugin, host};
 use crate::signals::SignalPipe;
 use event_loop::{EventLoop, Exit};
 use pool::{Pool, PoolSettings};
-
-static FATAL_STOP: AtomicBool = AtomicBool::new(false);
-
-/// A handler thread hit an error that ends the worker.
-fn request_fatal_stop() {
-    FATAL_STOP.store(true, Ordering::SeqCst);
-}
-
-fn fatal_stop_requested() -> bool {
-    FATAL_STOP.load(Ordering::SeqCst)
-}
 
 /// What a worker is given by the supervisor.
 pub struct WorkerSetup {
@@ -83,15 +70,7 @@ pub fn run(cfg: &Config, setup: WorkerSetup) -> ! {
             code
         }
     };
-    exit_now(code)
-}
-
-/// Flush what we printed and leave without running atexit handlers.
-pub fn exit_now(code: i32) -> ! {
-    let _ = std::io::stdout().flush();
-    let _ = std::io::stderr().flush();
-    // SAFETY: _exit has no preconditions; see the module docs for why not exit.
-    unsafe { libc::_exit(code) }
+    crate::process::exit_now(code)
 }
 
 fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
@@ -126,7 +105,8 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
         cfg,
         setup.index,
         setup.spawned,
-        &plan,
+        plan.initial as u32,
+        plan.max as u32,
         &server_ip,
         local.port(),
     );
@@ -156,7 +136,7 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
             setup.index as usize,
             fds.recv,
             fds.sends,
-            crate::doctor::accept_sharing_enabled(),
+            cfg.cli.accept_share,
         )
     });
     let mut event_loop = EventLoop::new(poll, listener, pool, controller, share, cfg, signals)
@@ -231,7 +211,7 @@ fn finish(exit: Exit, mut pool: Pool, accepted: u64) -> Result<i32, (i32, String
     ));
     let code = match exit {
         Exit::Drained => 0,
-        Exit::Immediate if fatal_stop_requested() => {
+        Exit::Immediate if pool::fatal_stop_requested() => {
             return Err((1, "a handler thread could not start".into()));
         }
         Exit::Immediate => return Ok(0),
@@ -269,53 +249,4 @@ fn announce_ready(fd: RawFd, index: u32) {
     unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
     // SAFETY: the descriptor is ours and used only here.
     unsafe { libc::close(fd) };
-}
-
-/// `M0InitArgs` and the strings it points into.
-pub struct InitArgsOwned {
-    pub args: abi::M0InitArgs,
-    _strings: Vec<CString>,
-}
-
-impl InitArgsOwned {
-    pub fn new(
-        cfg: &Config,
-        index: u32,
-        spawned: bool,
-        plan: &sizing::PoolPlan,
-        server_ip: &str,
-        port: u16,
-    ) -> InitArgsOwned {
-        let venv = cfg
-            .cli
-            .venv
-            .as_ref()
-            .map(|p| p.display().to_string())
-            .unwrap_or_default();
-        let strings = vec![
-            CString::new(cfg.cli.arg.clone().unwrap_or_default()).unwrap_or_default(),
-            CString::new(cfg.cli.app_dir.display().to_string()).unwrap_or_default(),
-            CString::new(venv).unwrap_or_default(),
-            CString::new(server_ip).unwrap_or_default(),
-        ];
-        let view = |i: usize| abi::M0Str::from_bytes(strings[i].as_bytes());
-        let args = abi::M0InitArgs {
-            size: std::mem::size_of::<abi::M0InitArgs>() as u32,
-            worker_index: index,
-            workers: cfg.cli.workers,
-            handler_threads: plan.initial as u32,
-            max_handler_threads: plan.max as u32,
-            spawned: u32::from(spawned),
-            arg: view(0),
-            app_dir: view(1),
-            venv: view(2),
-            server: abi::M0SockAddr { ip: view(3), port },
-        };
-        // The views point into the CStrings' heap buffers, which do not move
-        // when the Vec does.
-        InitArgsOwned {
-            args,
-            _strings: strings,
-        }
-    }
 }

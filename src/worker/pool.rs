@@ -281,6 +281,18 @@ impl Pool {
     }
 }
 
+static FATAL_STOP: AtomicBool = AtomicBool::new(false);
+
+/// A handler thread hit an error that ends the worker.
+fn request_fatal_stop() {
+    FATAL_STOP.store(true, Ordering::SeqCst);
+}
+
+/// Whether a handler thread asked for the worker to end (the loop stops).
+pub fn fatal_stop_requested() -> bool {
+    FATAL_STOP.load(Ordering::SeqCst)
+}
+
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic on another thread while holding the lock leaves plain data
     // that is still consistent (every critical section is a few field
@@ -359,7 +371,7 @@ fn handler_thread(shared: Arc<Shared>, index: u32) {
             .stats
             .thread_start_failures
             .fetch_add(1, Ordering::Relaxed);
-        super::request_fatal_stop();
+        request_fatal_stop();
         let _ = shared.waker.wake();
         let mut q = lock(&shared.queue);
         q.live -= 1;

@@ -14,6 +14,12 @@
 #ifndef COMPUTE_THREADS
 #define COMPUTE_THREADS 1
 #endif
+#ifndef CAPS
+#define CAPS 0
+#endif
+#ifndef MAX_BATCH
+#define MAX_BATCH 0
+#endif
 #ifndef INFO_SIZE
 #define INFO_SIZE sizeof(M0PluginInfo)
 #endif
@@ -31,6 +37,8 @@ static const M0PluginInfo info = {
     .process_lock = M0_LOCK_NONE,
     .start = M0_START_FORK_SAFE,
     .compute_threads = COMPUTE_THREADS,
+    .caps = CAPS,
+    .max_batch = MAX_BATCH,
 };
 
 #ifndef NO_INIT
