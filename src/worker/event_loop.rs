@@ -489,13 +489,7 @@ impl EventLoop {
         match crate::plugin::exchange::flush_spilled(fd, &conn.out, &mut conn.out_pos) {
             Ok(false) => true,
             Ok(true) => {
-                conn.out.clear();
-                conn.out_pos = 0;
-                let _ = self.poll.registry().reregister(
-                    &mut conn.stream,
-                    Token(key),
-                    Interest::READABLE,
-                );
+                self.out_gone(key);
                 true
             }
             Err(_) => {
@@ -522,12 +516,25 @@ impl EventLoop {
             self.close(key);
             return false;
         }
+        self.out_gone(key);
+        true
+    }
+
+    /// The connection's `out` was sent (or dropped): empty it, keep no
+    /// large buffer, and listen for reads only again.
+    pub(super) fn out_gone(&mut self, key: usize) {
+        let Some(conn) = self.conns.get_mut(key) else {
+            return;
+        };
         conn.out.clear();
+        conn.out_pos = 0;
+        if conn.out.capacity() > 64 * 1024 {
+            conn.out = Vec::new();
+        }
         let _ = self
             .poll
             .registry()
             .reregister(&mut conn.stream, Token(key), Interest::READABLE);
-        true
     }
 
     /// Parse and dispatch whatever the connection has, answering pipelined
@@ -539,22 +546,6 @@ impl EventLoop {
             };
             let had_bytes = !conn.rbuf.is_empty();
             match conn.advance(&self.limits, &mut self.head_scratch) {
-                Step::Wait if conn.interim_pending() => {
-                    // The `100 Continue` waits for the socket: hear when it
-                    // is writable (a rare state: the client reads nothing).
-                    let registered = self.poll.registry().reregister(
-                        &mut conn.stream,
-                        Token(key),
-                        Interest::READABLE | Interest::WRITABLE,
-                    );
-                    if let Phase::Body { .. } = conn.phase {
-                        conn.deadline = self.timeouts.body.map(|t| self.now + t);
-                    }
-                    if registered.is_err() {
-                        self.close(key);
-                    }
-                    return;
-                }
                 Step::Wait => {
                     // The first byte of a head starts the header timeout; a
                     // body gets the body timeout from its last progress.
@@ -565,6 +556,21 @@ impl EventLoop {
                             conn.deadline = self.timeouts.header.map(|t| now + t)
                         }
                         _ => {}
+                    }
+                    // A `100 Continue` waits for the socket: hear when it is
+                    // writable (a rare state: the client reads nothing).
+                    if conn.interim_pending()
+                        && self
+                            .poll
+                            .registry()
+                            .reregister(
+                                &mut conn.stream,
+                                Token(key),
+                                Interest::READABLE | Interest::WRITABLE,
+                            )
+                            .is_err()
+                    {
+                        self.close(key);
                     }
                     return;
                 }
@@ -722,11 +728,7 @@ impl EventLoop {
         // Never waits for the socket: what it does not take is flushed as
         // the client reads, like an inline response, and the linger
         // follows (a `100 Continue` still waiting goes first).
-        let start = conn.out.len();
         response::simple(&mut conn.out, http_minor, status, text, false, extra);
-        if start == 0 {
-            conn.out_pos = 0;
-        }
         let fd: RawFd = conn.stream.as_raw_fd();
         match crate::plugin::exchange::flush_spilled(fd, &conn.out, &mut conn.out_pos) {
             Ok(true) => {

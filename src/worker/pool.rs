@@ -318,6 +318,12 @@ impl Queue {
         self.next_index - 1
     }
 
+    /// Fewer threads than the target, counting those still retiring (they
+    /// hold their index), and not stopping: a thread should be started.
+    fn lacks_threads(&self) -> bool {
+        self.live + self.retiring < self.target && !self.stopping
+    }
+
     fn release_index(&mut self, index: u32) {
         self.free_indices.push(Reverse(index));
     }
@@ -338,7 +344,7 @@ fn spawn_missing(shared: &Arc<Shared>) {
     loop {
         let index = {
             let mut q = lock(&shared.queue);
-            if q.live + q.retiring >= q.target || q.stopping {
+            if !q.lacks_threads() {
                 return;
             }
             q.live += 1;
@@ -469,7 +475,7 @@ fn handler_loop(shared: &Arc<Shared>, mut bufs: CallBuffers) {
             q.retiring -= 1;
         }
         q.release_index(index);
-        q.live + q.retiring < q.target && !q.stopping
+        q.lacks_threads()
     };
     if owed {
         // The pool grew again while this thread retired: start the thread

@@ -116,16 +116,7 @@ impl EventLoop {
         match exchange::flush_spilled(fd, &conn.out, &mut conn.out_pos) {
             Ok(false) => {}
             Ok(true) => {
-                conn.out.clear();
-                conn.out_pos = 0;
-                if conn.out.capacity() > 64 * 1024 {
-                    conn.out = Vec::new();
-                }
-                let _ = self.poll.registry().reregister(
-                    &mut conn.stream,
-                    Token(key),
-                    Interest::READABLE,
-                );
+                self.out_gone(key);
                 if self.after_response(key, keep_alive) {
                     self.drive(key);
                 }
