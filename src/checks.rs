@@ -77,8 +77,6 @@ pub struct Findings {
     pub mode: Option<(Mode, String)>,
     pub pool: Option<PoolPlan>,
     pub usable_cpus: usize,
-    /// What the plugin logged while the doctor's probe ran its init.
-    pub plugin_log: String,
     /// The facts the plugin stated in that init (`M0Host::fact`).
     pub facts: Vec<(String, String)>,
 }
@@ -193,11 +191,9 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
         probe::Report {
             descriptor: probe::probe(&path, PROBE_TIMEOUT),
             init: None,
-            log: String::new(),
             facts: Vec::new(),
         }
     };
-    f.plugin_log = report.log;
     f.facts = report.facts;
     let descriptor = match report.descriptor {
         Ok(d) => d,

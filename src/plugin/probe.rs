@@ -28,8 +28,6 @@ pub struct Report {
     pub descriptor: Result<Descriptor, PluginError>,
     /// With init: its outcome.
     pub init: Option<Result<(), PluginError>>,
-    /// What the plugin logged (stderr of the child).
-    pub log: String,
     /// With init: the facts the plugin stated, in the order first stated.
     pub facts: Vec<(String, String)>,
 }
@@ -122,7 +120,6 @@ fn run_probe(path: &Path, timeout: Duration, with_init: bool) -> Report {
             fix: None,
         }),
         init: None,
-        log: String::new(),
         facts: Vec::new(),
     };
     let exe = match std::env::current_exe() {
@@ -136,7 +133,9 @@ fn run_probe(path: &Path, timeout: Duration, with_init: bool) -> Report {
     if with_init {
         cmd.env(PROBE_INIT_ENV, "1")
             .args(std::env::args_os().skip(1))
-            .stderr(Stdio::piped());
+            // What the plugin and the app log during init is not the
+            // doctor's report, which is the stdout lines and the facts.
+            .stderr(Stdio::null());
     } else {
         cmd.stderr(Stdio::inherit());
     }
@@ -144,14 +143,6 @@ fn run_probe(path: &Path, timeout: Duration, with_init: bool) -> Report {
         Ok(c) => c,
         Err(e) => return fail(format!("cannot start the plugin probe: {e}")),
     };
-    // Read stderr on a thread so a chatty plugin cannot fill the pipe.
-    let stderr_reader = child.stderr.take().map(|mut err| {
-        std::thread::spawn(move || {
-            let mut text = String::new();
-            let _ = err.read_to_string(&mut text);
-            text
-        })
-    });
     let mut stdout = child.stdout.take();
     let stdout_reader = std::thread::spawn(move || {
         let mut text = String::new();
@@ -177,9 +168,6 @@ fn run_probe(path: &Path, timeout: Duration, with_init: bool) -> Report {
         }
     };
     let text = stdout_reader.join().unwrap_or_default();
-    let log = stderr_reader
-        .and_then(|h| h.join().ok())
-        .unwrap_or_default();
     let line = |key: &str| text.lines().find_map(|l| l.strip_prefix(key));
     if let Some(message) = line("error=") {
         let exit_code = status.code().unwrap_or(EXIT_STARTUP);
@@ -190,7 +178,6 @@ fn run_probe(path: &Path, timeout: Duration, with_init: bool) -> Report {
                 fix: line("error_fix=").map(str::to_string),
             }),
             init: None,
-            log,
             facts: Vec::new(),
         };
     }
@@ -215,7 +202,6 @@ fn run_probe(path: &Path, timeout: Duration, with_init: bool) -> Report {
         Some(d) if status.success() || init.is_some() => Report {
             descriptor: Ok(d),
             init,
-            log,
             facts,
         },
         _ => {
@@ -244,7 +230,6 @@ fn run_probe(path: &Path, timeout: Duration, with_init: bool) -> Report {
                         message,
                         fix: None,
                     })),
-                    log,
                     facts,
                 },
                 None => Report {
@@ -254,7 +239,6 @@ fn run_probe(path: &Path, timeout: Duration, with_init: bool) -> Report {
                         fix: None,
                     }),
                     init: None,
-                    log,
                     facts,
                 },
             }
