@@ -6,19 +6,12 @@
 mod support;
 
 use std::io::{Read, Write};
-use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use support::{Client, Server, hello_c};
-
-/// One test at a time: the idle spin turns itself off while the loop's
-/// thread waits for its CPU, which the other tests' servers would make it
-/// do on a small machine.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
+// One test at a time (`serial`): the idle spin turns itself off while the
+// loop's thread waits for its CPU, which the other tests' servers would make
+// it do on a small machine.
+use support::{Client, Server, hello_c, serial};
 
 /// SIGTERM, then the worker's closing count lines.
 fn stop_and_read_counts(mut s: Server) -> String {

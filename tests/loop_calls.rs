@@ -9,14 +9,9 @@ mod wsgi_http;
 use std::io::Write;
 use std::time::Duration;
 
-use wsgi_http::support::{self, Client, Server};
-
-/// Each test's server shares one CPU; keep them from sharing it with
-/// each other too.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
+// Each test's server shares one CPU: `serial` keeps them from sharing it
+// with each other too.
+use wsgi_http::support::{self, Client, Server, serial};
 
 fn one_cpu_server(extra: &[&str]) -> Server {
     let mut args = vec!["--workers", "1"];

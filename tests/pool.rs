@@ -6,13 +6,11 @@ mod wsgi_http;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use wsgi_http::support::{self, Server};
-
-/// These tests measure time: keep them from running beside each other.
-static SERIAL: Mutex<()> = Mutex::new(());
+// These tests measure time: `serial` keeps them from running beside each
+// other.
+use wsgi_http::support::{self, Server, serial};
 
 fn pool_server(threads: &str) -> Server {
     let fixed = ["--blocking-threads", threads];
@@ -88,7 +86,7 @@ fn two_at_once(addr: SocketAddr, path: &str) -> (bool, f64) {
 
 #[test]
 fn a_view_that_releases_the_gil_runs_in_parallel_and_one_that_holds_it_does_not() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = serial();
     // Judged from inside the app, by the kernel's accounting of each
     // thread: with the GIL released, both threads stay runnable the whole
     // call (on a CPU or waiting for one, which other processes decide);
@@ -151,7 +149,7 @@ fn two_over_one(addr: SocketAddr, path: &str) -> f64 {
 /// not on how many CPUs other processes leave idle.
 #[test]
 fn a_call_that_blocks_without_the_gil_overlaps_and_one_that_blocks_holding_it_does_not() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = serial();
     let server = pool_server("2");
     let release = two_over_one(server.addr, "/block-release");
     let hold = two_over_one(server.addr, "/block-hold");
@@ -165,7 +163,7 @@ fn a_call_that_blocks_without_the_gil_overlaps_and_one_that_blocks_holding_it_do
 
 #[test]
 fn no_request_is_overtaken_by_many_later_ones() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = serial();
     let s = pool_server("adaptive");
     let n = 64;
     let mut conns: Vec<TcpStream> = (0..n)
