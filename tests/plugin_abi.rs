@@ -210,6 +210,36 @@ fn a_plugin_written_for_abi_1_0_loads_serves_and_is_never_called_inline() {
 }
 
 #[test]
+fn a_plugin_written_for_abi_1_1_loads_serves_and_is_called_inline() {
+    // The same fixture as its author would have built it against the 1.1
+    // header: M0Request with `flags`, M0_CAP_INLINE, a host table without
+    // 1.2's `fact`.
+    let p = abi_1_0_plugin("v1_1", &["-DMINOR_1"]);
+    let s = Server::start(&["--plugin", p.to_str().unwrap()]);
+    for _ in 0..20 {
+        let r = support::get(s.addr, "/");
+        assert_eq!(
+            (r.status, r.text().as_str()),
+            (200, "served by a 1.1 plugin\n")
+        );
+    }
+    assert_eq!(support::get(s.addr, "/elsewhere").status, 404);
+    let seen = sizes(&s);
+    // Today's host table is longer than the one 1.1 knew (no `fact`); the
+    // request is the one 1.1 defined, `flags` included.
+    assert_eq!(
+        seen["host_known"],
+        u64::from(abi::MIN_HOST_SIZE),
+        "{seen:?}"
+    );
+    assert!(seen["host"] > seen["host_known"], "{seen:?}");
+    assert_eq!(seen["request"], seen["request_known"], "{seen:?}");
+    // Its inline declaration holds: calls came on the loop with the flag.
+    assert!(seen["on_loop"] > 0, "{seen:?}\n{}", s.log());
+    assert!(!s.log().contains("inline calls off"), "{}", s.log());
+}
+
+#[test]
 fn missing_entry_point_is_refused_with_78() {
     let (code, err) = refused(&bad_plugin("noinit", &["-DNO_INIT"]));
     assert_eq!(code, 78, "{err}");

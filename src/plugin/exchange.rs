@@ -125,12 +125,24 @@ impl<'a> Exchange<'a> {
             return abi::M0_ERR_STATE;
         }
         if !(200..=999).contains(&status) {
+            crate::log::warn(format_args!(
+                "the plugin's response status {status} is refused (M0_ERR_INVALID): a final status is 200 to 999"
+            ));
             return abi::M0_ERR_INVALID;
         }
         for (name, value) in headers.clone() {
-            if !response::is_valid_field(name, value) || response::is_hop_or_framing_header(name) {
-                return abi::M0_ERR_INVALID;
-            }
+            let why = if !response::is_valid_field(name, value) {
+                "a header name must be a token and neither may hold CR, LF or NUL"
+            } else if response::is_hop_or_framing_header(name) {
+                "the server writes that header itself"
+            } else {
+                continue;
+            };
+            crate::log::warn(format_args!(
+                "the plugin's response header {:?} is refused (M0_ERR_INVALID): {why}",
+                String::from_utf8_lossy(name)
+            ));
+            return abi::M0_ERR_INVALID;
         }
         let length = BodyLength::choose(status, declared, self.http_minor);
         if length == BodyLength::UntilClose || is_draining() {
@@ -166,6 +178,14 @@ impl<'a> Exchange<'a> {
                 // the connection closed, so the next response is not garbled.
                 let take = (data.len() as u64).min(remaining) as usize;
                 if take < data.len() {
+                    if remaining > 0 || self.keep_alive {
+                        // Once per response: the write that crosses the
+                        // length, or the first past it.
+                        crate::log::warn(format_args!(
+                            "the plugin wrote past the Content-Length it declared; {} bytes dropped and the connection closed",
+                            data.len() - take
+                        ));
+                    }
                     self.keep_alive = false;
                 }
                 self.state = State::Open {

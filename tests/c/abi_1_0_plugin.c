@@ -11,6 +11,11 @@
  *
  * -DCAPS=N sets M0PluginInfo.caps (default 0): N=4 is a bit 1.0 did not
  * define, which 1.1 made M0_CAP_INLINE.
+ *
+ * -DMINOR_1 builds it as its author would have for ABI 1.1 instead: the
+ * 1.1 header's M0Request ends with `flags`, its minor is 1 and it declares
+ * M0_CAP_INLINE, so a later host calls it on the event loop; its host table
+ * is still the one without `fact` (1.2). Its answers say "1.1".
  */
 #include <stdatomic.h>
 #include <stddef.h>
@@ -27,7 +32,17 @@
 /* ---- The 1.0 ABI: constants and types ---------------------------------- */
 
 #define M0_ABI_MAJOR 1
+#ifdef MINOR_1
+#define M0_ABI_MINOR 1
+#define M0_CAP_INLINE 4
+#define M0_REQ_ON_LOOP 1
+#define FIXTURE_NAME "abi_1_1"
+#define FIXTURE_VERSION "1.1"
+#else
 #define M0_ABI_MINOR 0
+#define FIXTURE_NAME "abi_1_0"
+#define FIXTURE_VERSION "1.0"
+#endif
 #define M0_OK 0
 #define M0_ERR_NOT_FOUND -3
 #define M0_INIT_REFUSED 78
@@ -67,7 +82,7 @@ typedef struct M0PluginInfo {
     uint32_t max_batch;
 } M0PluginInfo;
 
-/* 1.0's request ends with host_data. */
+/* 1.0's request ends with host_data; 1.1 added flags. */
 typedef struct M0Request {
     uint32_t size;
     uint32_t http_minor;
@@ -83,6 +98,9 @@ typedef struct M0Request {
     uint32_t worker_index;
     uint32_t thread_index;
     void *host_data;
+#ifdef MINOR_1
+    uint32_t flags;
+#endif
 } M0Request;
 
 typedef struct M0Response M0Response;
@@ -140,12 +158,16 @@ static const M0PluginInfo info = {
     .abi_major = M0_ABI_MAJOR,
     .abi_minor = M0_ABI_MINOR,
     .call_model = M0_CALL_REENTRANT,
-    .name = "abi_1_0",
-    .version = "1.0.0",
+    .name = FIXTURE_NAME,
+    .version = FIXTURE_VERSION ".0",
     .process_lock = M0_LOCK_NONE,
     .start = M0_START_FORK_SAFE,
     .compute_threads = 1,
+#ifdef MINOR_1
+    .caps = CAPS | M0_CAP_INLINE,
+#else
     .caps = CAPS,
+#endif
 };
 
 static const M0Host *host;
@@ -167,6 +189,11 @@ static int32_t handle(void *state, const M0Request *req, M0Response *resp) {
      * read only where the host's size says it exists, is where 1.1 put
      * M0Request.flags. Counting its M0_REQ_ON_LOOP bit (1) lets the tests
      * see that this plugin is never called on the event loop. */
+#ifdef MINOR_1
+    if (req->flags & M0_REQ_ON_LOOP) {
+        atomic_fetch_add(&on_loop_calls, 1);
+    }
+#else
     if (req->size >= sizeof(M0Request) + sizeof(uint32_t)) {
         uint32_t later;
         memcpy(&later, (const uint8_t *)req + sizeof(M0Request), sizeof later);
@@ -174,8 +201,9 @@ static int32_t handle(void *state, const M0Request *req, M0Response *resp) {
             atomic_fetch_add(&on_loop_calls, 1);
         }
     }
+#endif
     if (path_is(req, "/")) {
-        const char body[] = "served by a 1.0 plugin\n";
+        const char body[] = "served by a " FIXTURE_VERSION " plugin\n";
         return text(resp, body, sizeof body - 1);
     }
     if (path_is(req, "/sizes")) {
@@ -204,11 +232,11 @@ M0_EXPORT int32_t m0_plugin_init(const M0Host *h, const M0InitArgs *args, const 
     (void)args;
     /* The 1.0 rules: the same major, and a table at least as long as ours. */
     if (h == NULL || h->abi_major != M0_ABI_MAJOR || h->size < sizeof(M0Host)) {
-        refuse(error, "abi_1_0: the host's table is not ABI 1 or shorter than 1.0's");
+        refuse(error, FIXTURE_NAME ": the host's table is not ABI 1 or shorter than 1.0's");
         return M0_INIT_REFUSED;
     }
     host = h;
-    const char hello[] = "abi_1_0: started";
+    const char hello[] = FIXTURE_NAME ": started";
     host->log(M0_LOG_INFO, (const uint8_t *)hello, sizeof hello - 1);
     *out = &calls;
     *state = NULL;

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use m0serve_abi::{M0Request, M0SockAddr};
+use m0serve_plugin::{Addr, RawBody, Request};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyString, PyTuple};
@@ -246,36 +246,26 @@ fn decimal<'py>(py: Python<'py>, mut n: u64) -> PyResult<Bound<'py, PyString>> {
     latin1(py, &buf[i..])
 }
 
-/// # Safety
-/// The view must be valid for the current `handle` call.
-unsafe fn view(s: &m0serve_abi::M0Str) -> &[u8] {
-    // SAFETY: forwarded to the caller.
-    unsafe { s.as_bytes() }
-}
-
-/// Builds the environ of one request. Returns it with its `wsgi.input`.
-///
-/// # Safety
-/// `req` must be the request of the `handle` call in progress.
-pub unsafe fn build<'py>(
+/// Builds the environ of one request. Returns it with its `wsgi.input`,
+/// which reads the body of this call: the caller invalidates it before the
+/// call returns.
+pub fn build<'py>(
     py: Python<'py>,
     keys: &Keys,
     template: &Bound<'py, PyDict>,
     cache: &mut EnvironCache,
     server_from_request: bool,
-    req: &M0Request,
+    req: &Request<'_>,
+    body: RawBody,
 ) -> PyResult<(Bound<'py, PyDict>, Bound<'py, WsgiInput>)> {
     let env = template.copy()?;
-    // SAFETY: the host keeps the request's views valid during `handle`.
-    let method = unsafe { view(&req.method) };
+    let method = req.method();
     match keys.methods.iter().find(|(m, _)| *m == method) {
         Some((_, s)) => env.set_item(keys.request_method.bind(py), s.bind(py))?,
         None => env.set_item(keys.request_method.bind(py), latin1(py, method)?)?,
     }
 
-    // SAFETY: the host keeps the request's views valid during `handle`.
-
-    let path = unsafe { view(&req.path) };
+    let path = req.path();
     let path_str = if path.contains(&b'%') {
         percent_decode(path, &mut cache.path);
         latin1(py, &cache.path)?
@@ -284,44 +274,30 @@ pub unsafe fn build<'py>(
     };
     env.set_item(keys.path_info.bind(py), path_str)?;
 
-    // SAFETY: the host keeps the request's views valid during `handle`.
-
-    let query = unsafe { view(&req.query) };
+    let query = req.query();
     if !query.is_empty() {
         env.set_item(keys.query_string.bind(py), latin1(py, query)?)?;
     }
-    let proto = if req.http_minor == 0 {
+    let proto = if req.http_minor() == 0 {
         &keys.http10
     } else {
         &keys.http11
     };
     env.set_item(keys.server_protocol.bind(py), proto.bind(py))?;
 
-    set_peer(py, keys, &env, cache, &req.peer)?;
+    set_peer(py, keys, &env, cache, req.peer())?;
     if server_from_request {
-        // SAFETY: the host keeps the request's views valid during `handle`.
-        let ip = unsafe { view(&req.server.ip) };
-        env.set_item(keys.server_name.bind(py), latin1(py, ip)?)?;
+        let server = req.server();
+        env.set_item(keys.server_name.bind(py), latin1(py, server.ip.as_bytes())?)?;
         env.set_item(
             keys.server_port.bind(py),
-            decimal(py, u64::from(req.server.port))?,
+            decimal(py, u64::from(server.port))?,
         )?;
     }
 
     let mut has_length_header = false;
     cache.seen.clear();
-    let headers: &[m0serve_abi::M0Header] = if req.header_count == 0 || req.headers.is_null() {
-        &[]
-    } else {
-        // SAFETY: the host hands `header_count` headers at `headers`, valid
-        // for the call.
-        unsafe { std::slice::from_raw_parts(req.headers, req.header_count) }
-    };
-    for h in headers {
-        // SAFETY: the host keeps the request's views valid during `handle`.
-        let name = unsafe { view(&h.name) };
-        // SAFETY: the host keeps the request's views valid during `handle`.
-        let value = unsafe { view(&h.value) };
+    for (name, value) in req.headers() {
         let mut fresh = None;
         let slot = match cache.headers.get(name) {
             Some(s) => s,
@@ -362,14 +338,14 @@ pub unsafe fn build<'py>(
         cache.seen.push(key.as_ptr());
         env.set_item(&key, value)?;
     }
-    if has_length_header || req.content_length > 0 {
+    if has_length_header || req.content_length() > 0 {
         env.set_item(
             keys.content_length.bind(py),
-            decimal(py, req.content_length)?,
+            decimal(py, req.content_length())?,
         )?;
     }
 
-    let input = Bound::new(py, WsgiInput::new(req, req.content_length))?;
+    let input = Bound::new(py, WsgiInput::new(body, req.content_length()))?;
     env.set_item(keys.wsgi_input.bind(py), &input)?;
     Ok((env, input))
 }
@@ -379,10 +355,9 @@ fn set_peer<'py>(
     keys: &Keys,
     env: &Bound<'py, PyDict>,
     cache: &mut EnvironCache,
-    peer: &M0SockAddr,
+    peer: Addr<'_>,
 ) -> PyResult<()> {
-    // SAFETY: the host keeps the request's views valid during `handle`.
-    let ip = unsafe { view(&peer.ip) };
+    let ip = peer.ip.as_bytes();
     let ip_str = match &cache.last_ip {
         Some((b, s)) if b.as_slice() == ip => s.bind(py).clone(),
         _ => {

@@ -6,7 +6,7 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 
-use crate::host::Host;
+use crate::host;
 
 #[pyclass(module = "m0serve", name = "Errors")]
 pub struct WsgiErrors {
@@ -24,7 +24,7 @@ impl WsgiErrors {
         let Some(last_nl) = self.pending.rfind('\n') else {
             return;
         };
-        let host = Host::get();
+        let host = host::get();
         for line in self.pending[..last_nl].split('\n') {
             host.error(line.strip_suffix('\r').unwrap_or(line));
         }
@@ -35,7 +35,7 @@ impl WsgiErrors {
     pub fn flush_pending(&mut self) {
         if !self.pending.is_empty() {
             let line = std::mem::take(&mut self.pending);
-            Host::get().error(&line);
+            host::get().error(&line);
         }
     }
 

@@ -4,30 +4,19 @@
 //! copies and never block: they run with the GIL held. `read()` without a
 //! size fills a `bytes` object straight from the host's buffer (one copy).
 
-use m0serve_abi::M0Request;
+use m0serve_plugin::RawBody;
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
-use crate::host::Host;
-
 /// Bytes pulled from the host at a time by `readline`.
 const LINE_CHUNK: usize = 8192;
 
-/// A request pointer that may be stored in a Python object. It is only
-/// dereferenced by the host, only during the `handle` call that owns it;
-/// `invalidate` clears it before `handle` returns.
-#[derive(Clone, Copy)]
-struct ReqPtr(*const M0Request);
-// SAFETY: the pointer is an opaque token passed back to the host on the
-// thread that is inside `handle`, with the GIL held; never dereferenced here.
-unsafe impl Send for ReqPtr {}
-// SAFETY: see above; shared access never dereferences it.
-unsafe impl Sync for ReqPtr {}
-
 #[pyclass(module = "m0serve", name = "Input", freelist = 64)]
 pub struct WsgiInput {
-    req: ReqPtr,
+    /// The body of the `handle` call in progress; invalidated before it
+    /// returns.
+    body: RawBody,
     /// Body bytes not yet pulled from the host.
     remaining: u64,
     /// Bytes pulled from the host but not yet returned (by `readline`).
@@ -36,9 +25,9 @@ pub struct WsgiInput {
 }
 
 impl WsgiInput {
-    pub fn new(req: *const M0Request, content_length: u64) -> Self {
+    pub fn new(body: RawBody, content_length: u64) -> Self {
         WsgiInput {
-            req: ReqPtr(req),
+            body,
             remaining: content_length,
             buf: Vec::new(),
             pos: 0,
@@ -47,7 +36,7 @@ impl WsgiInput {
 
     /// Called when `handle` returns: later reads see the end of the body.
     pub fn invalidate(&mut self) {
-        self.req = ReqPtr(std::ptr::null());
+        self.body.invalidate();
         self.remaining = 0;
         self.buf = Vec::new();
         self.pos = 0;
@@ -60,25 +49,20 @@ impl WsgiInput {
     /// Fills `out` from the host; returns the bytes written (short only at
     /// the real end of the body).
     fn pull_into(&mut self, out: &mut [u8]) -> PyResult<usize> {
-        if self.req.0.is_null() {
+        if !self.body.is_valid() {
             return Ok(0);
         }
-        let host = Host::get();
         let mut done = 0;
         while done < out.len() {
-            // SAFETY: `req` is the request of the `handle` call in progress
-            // (cleared by `invalidate` before it returns).
-            let n = unsafe { host.body_read(self.req.0, &mut out[done..]) };
-            if n < 0 {
-                return Err(PyOSError::new_err(format!(
-                    "reading the request body failed (m0serve error {n})"
-                )));
-            }
+            let n = self
+                .body
+                .read(&mut out[done..])
+                .map_err(|e| PyOSError::new_err(format!("reading the request body failed: {e}")))?;
             if n == 0 {
                 self.remaining = 0;
                 break;
             }
-            done += n as usize;
+            done += n;
             self.remaining = self.remaining.saturating_sub(n as u64);
         }
         Ok(done)

@@ -1,6 +1,6 @@
 //! Starting the embedded interpreter and loading the application.
 //!
-//! Follows the measured facts in the shared notes (python-embedding.md):
+//! What was measured to matter when embedding CPython in a plugin:
 //! libpython is re-opened `RTLD_GLOBAL` so extension modules resolve its
 //! symbols, Python is initialised through `PyConfig` with an explicit
 //! `program_name` (the venv's `bin/python` or the build interpreter), no
@@ -11,33 +11,11 @@ use std::mem::MaybeUninit;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use m0serve_abi::{M0_INIT_FAILED, M0_INIT_REFUSED};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString};
 
-/// A failed init: the status `m0_plugin_init` returns and the message.
-#[derive(Debug)]
-pub struct InitError {
-    pub code: i32,
-    pub message: String,
-}
-
-impl InitError {
-    pub fn refused(message: impl Into<String>) -> Self {
-        InitError {
-            code: M0_INIT_REFUSED,
-            message: message.into(),
-        }
-    }
-
-    pub fn failed(message: impl Into<String>) -> Self {
-        InitError {
-            code: M0_INIT_FAILED,
-            message: message.into(),
-        }
-    }
-}
+pub use m0serve_plugin::InitError;
 
 /// `MODULE[:ATTR]` from the command line.
 #[derive(Debug, PartialEq, Eq)]

@@ -23,16 +23,10 @@ mod interp;
 mod respond;
 
 use std::cell::RefCell;
-use std::ffi::{CStr, c_void};
-use std::os::unix::ffi::OsStrExt;
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::{Path, PathBuf};
+use std::ffi::CStr;
+use std::path::PathBuf;
 
-use m0serve_abi::{
-    M0_ABI_MAJOR, M0_ABI_MINOR, M0_CALL_REENTRANT, M0_CAP_REPORTS_LOCK_WAIT, M0_ERR_INTERNAL,
-    M0_ERROR_MESSAGE_LEN, M0_LOCK_HELD, M0_OK, M0_START_FORK_SAFE, M0Error, M0Host, M0InitArgs,
-    M0PluginCalls, M0PluginInfo, M0Request, M0Response, M0Str,
-};
+use m0serve_plugin::{Description, Error, InitArgs, ProcessLock, Request, Response, Sent};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
@@ -49,30 +43,6 @@ const VERSION: &CStr =
         Ok(v) => v,
         Err(_) => panic!("the crate version has no NUL"),
     };
-
-static INFO: M0PluginInfo = M0PluginInfo {
-    size: size_of::<M0PluginInfo>() as u32,
-    abi_major: M0_ABI_MAJOR,
-    abi_minor: M0_ABI_MINOR,
-    call_model: M0_CALL_REENTRANT,
-    name: c"wsgi".as_ptr(),
-    version: VERSION.as_ptr(),
-    max_concurrency: 0,
-    process_lock: M0_LOCK_HELD,
-    start: M0_START_FORK_SAFE,
-    compute_threads: 0,
-    caps: M0_CAP_REPORTS_LOCK_WAIT,
-    max_batch: 0,
-};
-
-static CALLS: M0PluginCalls = M0PluginCalls {
-    size: size_of::<M0PluginCalls>() as u32,
-    handle: Some(handle),
-    thread_start: Some(thread_start),
-    thread_stop: Some(thread_stop),
-    handle_batch: None,
-    shutdown: None,
-};
 
 /// Everything a request needs that is the same for the whole worker.
 struct AppState {
@@ -95,139 +65,99 @@ thread_local! {
     static CTX: RefCell<Option<ThreadCtx>> = const { RefCell::new(None) };
 }
 
-/// The static descriptor; no side effects.
-#[unsafe(no_mangle)]
-pub extern "C" fn m0_plugin_describe() -> *const M0PluginInfo {
-    &INFO
-}
+impl m0serve_plugin::Plugin for AppState {
+    // Reentrant, but the GIL is held for the whole call; it forks safely
+    // (the doctor warns about modules that do not); the time spent waiting
+    // for the GIL is reported to the adaptive pool.
+    const DESCRIPTION: Description = Description::new(c"wsgi", VERSION)
+        .process_lock(ProcessLock::Held)
+        .compute_threads(0)
+        .reports_lock_wait();
 
-/// Starts Python in this worker and loads the application.
-///
-/// # Safety
-/// Called by the host as `M0InitFn` documents: valid pointers, once, on the
-/// main thread, before any handler thread starts.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn m0_plugin_init(
-    host: *const M0Host,
-    args: *const M0InitArgs,
-    calls: *mut *const M0PluginCalls,
-    state: *mut *mut c_void,
-    error: *mut M0Error,
-) -> i32 {
-    let result = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: the host passes a valid table (ABI contract).
-        let host = unsafe { Host::install(host) }.map_err(InitError::failed)?;
-        // SAFETY: `args` is valid for the call (ABI contract).
-        let app = unsafe { init(host, args) }?;
-        Ok::<_, InitError>(Box::into_raw(Box::new(app)))
-    }));
-    let outcome = match result {
-        Ok(r) => r,
-        Err(_) => Err(InitError::failed("wsgi: internal panic during init")),
-    };
-    match outcome {
-        Ok(app) => {
-            // SAFETY: out-pointers are valid for writes (ABI contract); the
-            // state lives for the rest of the process (never freed).
-            unsafe {
-                *calls = &CALLS;
-                *state = app.cast();
+    fn init(host: &'static Host, args: &InitArgs) -> Result<AppState, InitError> {
+        init(host, args)
+    }
+
+    fn thread_start(&self, thread_index: u32) -> Result<(), Error> {
+        CTX.with_borrow_mut(|slot| {
+            if slot.is_some() {
+                return Ok(());
             }
-            M0_OK
+            match start_thread(self) {
+                Ok(ctx) => {
+                    *slot = Some(ctx);
+                    Ok(())
+                }
+                Err(e) => {
+                    host::get().error(&format!("{e} (thread {thread_index})"));
+                    Err(Error::INTERNAL)
+                }
+            }
+        })
+    }
+
+    fn thread_stop(&self, _thread_index: u32) {
+        if let Some(ctx) = CTX.with_borrow_mut(Option::take) {
+            let ThreadCtx {
+                ts,
+                template,
+                errors,
+                cache,
+                header_buffers: _,
+            } = ctx;
+            // SAFETY: created on this thread by thread_start; GIL released.
+            unsafe {
+                ts.destroy(|py| {
+                    if let Ok(mut e) = errors.bind(py).try_borrow_mut() {
+                        e.flush_pending();
+                    }
+                    drop((template, errors, cache));
+                })
+            };
         }
-        Err(e) => {
-            // SAFETY: `error` is NULL or a host buffer (ABI contract).
-            unsafe { write_error(error, &e.message) };
-            e.code
-        }
+    }
+
+    fn handle(&self, req: &Request<'_>, resp: Response<'_>) -> Result<Sent, Error> {
+        let host = host::get();
+        CTX.with_borrow_mut(|slot| {
+            if slot.is_none() {
+                // The host did not call thread_start on this thread: make the
+                // thread state now and keep it.
+                match start_thread(self) {
+                    Ok(ctx) => *slot = Some(ctx),
+                    Err(e) => {
+                        host.error(&e);
+                        return Err(Error::INTERNAL);
+                    }
+                }
+            }
+            let Some(ctx) = slot.as_mut() else {
+                return Err(Error::INTERNAL);
+            };
+            let _gil = ctx.ts.acquire(host);
+            Python::attach(|py| serve(py, self, ctx, req, resp))
+        })
     }
 }
 
-/// Copies `message` into the host's error buffer; a message too long keeps
-/// its first line and its tail (the exception is at the end of a traceback).
-///
-/// # Safety
-/// `error` is NULL or points to a writable `M0Error` whose `size` is right.
-unsafe fn write_error(error: *mut M0Error, message: &str) {
-    if message.len() > M0_ERROR_MESSAGE_LEN
-        && let Some(host) = Host::try_get()
-    {
-        // The buffer cannot hold it all: the whole text goes to the log.
-        host.error(message);
-    }
-    if error.is_null() {
-        return;
-    }
-    // SAFETY: non-null and writable (caller); `size` is read first.
-    let e = unsafe { &mut *error };
-    if (e.size as usize) < size_of::<M0Error>() {
-        return;
-    }
-    let fitted = fit_message(message, M0_ERROR_MESSAGE_LEN);
-    e.message[..fitted.len()].copy_from_slice(fitted.as_bytes());
-    e.message_len = fitted.len() as u32;
-}
+m0serve_plugin::export!(AppState);
 
-fn floor_char(s: &str, mut i: usize) -> usize {
-    while i > 0 && !s.is_char_boundary(i) {
-        i -= 1;
-    }
-    i
-}
-
-fn fit_message(message: &str, max: usize) -> String {
-    if message.len() <= max {
-        return message.to_owned();
-    }
-    const GAP: &str = "\n[...]\n";
-    let first_end = message.find('\n').unwrap_or(message.len()).min(max / 2);
-    let head = &message[..floor_char(message, first_end)];
-    let budget = max - head.len() - GAP.len();
-    let mut start = message.len() - budget;
-    while !message.is_char_boundary(start) {
-        start += 1;
-    }
-    format!("{head}{GAP}{}", &message[start..])
-}
-
-fn str_arg(s: &M0Str) -> &[u8] {
-    // SAFETY: the host's views are valid during `m0_plugin_init`.
-    unsafe { s.as_bytes() }
-}
-
-/// # Safety
-/// `args` must be NULL or a valid `M0InitArgs`.
-unsafe fn init(host: &'static Host, args: *const M0InitArgs) -> Result<AppState, InitError> {
-    if args.is_null() {
-        return Err(InitError::failed("wsgi: the host passed no init arguments"));
-    }
-    // SAFETY: non-null, valid for the call (ABI contract).
-    let args = unsafe { &*args };
-    if (args.size as usize) < size_of::<M0InitArgs>() {
-        return Err(InitError::refused(format!(
-            "wsgi: the host's init arguments are {} bytes, this plugin needs {}",
-            args.size,
-            size_of::<M0InitArgs>()
-        )));
-    }
-    let arg = String::from_utf8_lossy(str_arg(&args.arg)).into_owned();
-    let spec = AppSpec::parse(&arg).map_err(|e| InitError::refused(format!("wsgi: {e}")))?;
-    let app_dir_raw = str_arg(&args.app_dir);
-    let app_dir = Path::new(std::ffi::OsStr::from_bytes(if app_dir_raw.is_empty() {
-        b"."
-    } else {
-        app_dir_raw
-    }));
-    let app_dir: PathBuf = std::fs::canonicalize(app_dir)
+fn init(host: &'static Host, args: &InitArgs) -> Result<AppState, InitError> {
+    let spec = AppSpec::parse(&args.arg).map_err(|e| InitError::refused(format!("wsgi: {e}")))?;
+    let app_dir: PathBuf = std::fs::canonicalize(&args.app_dir)
         .ok()
         .filter(|p| p.is_dir())
         .ok_or_else(|| {
             InitError::refused(format!(
                 "wsgi: --app-dir {} is not a directory",
-                app_dir.display()
+                args.app_dir.display()
             ))
         })?;
-    let venv_arg = String::from_utf8_lossy(str_arg(&args.venv)).into_owned();
+    let venv_arg = args
+        .venv
+        .as_deref()
+        .map(|v| v.to_string_lossy().into_owned())
+        .unwrap_or_default();
 
     let libpython = interp::libpython_path();
     match &libpython {
@@ -244,8 +174,8 @@ unsafe fn init(host: &'static Host, args: *const M0InitArgs) -> Result<AppState,
     let setup = interp::choose_python(&venv_arg, libpython.as_deref())?;
     let started_here = interp::start_python(&setup.program)?;
 
-    let server_port = args.server.port;
-    let server_ip = String::from_utf8_lossy(str_arg(&args.server.ip)).into_owned();
+    let server_port = args.server_port;
+    let server_ip = args.server_ip.clone();
     let multithread = args.max_handler_threads.max(args.handler_threads) > 1;
     let multiprocess = args.workers > 1;
 
@@ -262,10 +192,8 @@ unsafe fn init(host: &'static Host, args: *const M0InitArgs) -> Result<AppState,
                 app_dir.display()
             ))
         })?;
-        let app = interp::load_app(py, &spec, &app_dir).map_err(|mut e| {
-            e.message = format!("wsgi: {}", e.message);
-            e
-        })?;
+        let app = interp::load_app(py, &spec, &app_dir)
+            .map_err(|e| e.map_message(|m| format!("wsgi: {m}")))?;
         let sys = py
             .import("sys")
             .map_err(|e| InitError::failed(e.to_string()))?;
@@ -356,7 +284,8 @@ unsafe fn init(host: &'static Host, args: *const M0InitArgs) -> Result<AppState,
     let (app, about, facts) = loaded?;
     host.info(&about);
     for (key, value) in &facts {
-        host.fact(key, value);
+        // The keys are well-formed constants: a refusal cannot happen.
+        let _ = host.fact(key, value);
     }
     Ok(app)
 }
@@ -414,95 +343,12 @@ fn start_thread(app: &AppState) -> Result<ThreadCtx, String> {
     }
 }
 
-unsafe extern "C" fn thread_start(state: *mut c_void, thread_index: u32) -> i32 {
-    let r = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: `state` is the AppState returned by init, alive forever.
-        let app = unsafe { &*(state as *const AppState) };
-        CTX.with_borrow_mut(|slot| {
-            if slot.is_some() {
-                return M0_OK;
-            }
-            match start_thread(app) {
-                Ok(ctx) => {
-                    *slot = Some(ctx);
-                    M0_OK
-                }
-                Err(e) => {
-                    Host::get().error(&format!("{e} (thread {thread_index})"));
-                    M0_ERR_INTERNAL
-                }
-            }
-        })
-    }));
-    r.unwrap_or(M0_ERR_INTERNAL)
-}
-
-unsafe extern "C" fn thread_stop(_state: *mut c_void, _thread_index: u32) {
-    let _ = catch_unwind(AssertUnwindSafe(|| {
-        if let Some(ctx) = CTX.with_borrow_mut(Option::take) {
-            let ThreadCtx {
-                ts,
-                template,
-                errors,
-                cache,
-                header_buffers: _,
-            } = ctx;
-            // SAFETY: created on this thread by thread_start; GIL released.
-            unsafe {
-                ts.destroy(|py| {
-                    if let Ok(mut e) = errors.bind(py).try_borrow_mut() {
-                        e.flush_pending();
-                    }
-                    drop((template, errors, cache));
-                })
-            };
-        }
-    }));
-}
-
-unsafe extern "C" fn handle(
-    state: *mut c_void,
-    request: *const M0Request,
-    response: *mut M0Response,
-) -> i32 {
-    let r = catch_unwind(AssertUnwindSafe(|| {
-        if state.is_null() || request.is_null() || response.is_null() {
-            return M0_ERR_INTERNAL;
-        }
-        // SAFETY: `state` is the AppState from init (alive forever);
-        // `request` is valid for this call (ABI contract).
-        let (app, req) = unsafe { (&*(state as *const AppState), &*request) };
-        let host = Host::get();
-        CTX.with_borrow_mut(|slot| {
-            if slot.is_none() {
-                // The host did not call thread_start on this thread: make the
-                // thread state now and keep it.
-                match start_thread(app) {
-                    Ok(ctx) => *slot = Some(ctx),
-                    Err(e) => {
-                        host.error(&e);
-                        return M0_ERR_INTERNAL;
-                    }
-                }
-            }
-            let Some(ctx) = slot.as_mut() else {
-                return M0_ERR_INTERNAL;
-            };
-            let _gil = ctx.ts.acquire(host);
-            Python::attach(|py| serve(py, app, ctx, req, response))
-        })
-    }));
-    r.unwrap_or(M0_ERR_INTERNAL)
-}
-
 /// "GET /path" for log lines.
-fn request_line(req: &M0Request) -> String {
-    // SAFETY: views valid for the `handle` call.
-    let (m, t) = unsafe { (req.method.as_bytes(), req.target.as_bytes()) };
+fn request_line(req: &Request<'_>) -> String {
     format!(
         "{} {}",
-        String::from_utf8_lossy(m),
-        String::from_utf8_lossy(t)
+        String::from_utf8_lossy(req.method()),
+        String::from_utf8_lossy(req.target())
     )
 }
 
@@ -510,23 +356,25 @@ fn serve(
     py: Python<'_>,
     app: &AppState,
     ctx: &mut ThreadCtx,
-    req: &M0Request,
-    response: *mut M0Response,
-) -> i32 {
-    let host = Host::get();
+    req: &Request<'_>,
+    response: Response<'_>,
+) -> Result<Sent, Error> {
+    let host = host::get();
     let template = ctx.template.bind(py);
     let server_from_request = app.server.name_port.is_none();
-    // SAFETY: `req` is the request of this `handle` call.
-    let built = unsafe {
-        environ::build(
-            py,
-            &app.keys,
-            template,
-            &mut ctx.cache,
-            server_from_request,
-            req,
-        )
-    };
+    // SAFETY: the Python objects that hold these handles (`wsgi.input`,
+    // `start_response`) are invalidated below, before this call returns,
+    // whatever the application kept of them.
+    let (body, response) = unsafe { (req.detach_body(), response.detach()) };
+    let built = environ::build(
+        py,
+        &app.keys,
+        template,
+        &mut ctx.cache,
+        server_from_request,
+        req,
+        body,
+    );
     let (env, input) = match built {
         Ok(x) => x,
         Err(e) => {
@@ -535,23 +383,22 @@ fn serve(
                 request_line(req),
                 interp::format_exception(py, &e)
             ));
-            return M0_ERR_INTERNAL;
+            return Err(Error::INTERNAL);
         }
     };
     let buffers = std::mem::take(&mut ctx.header_buffers);
-    // SAFETY: the method view is valid for the `handle` call.
-    let head_request = unsafe { req.method.as_bytes() } == b"HEAD";
+    let head_request = req.method() == b"HEAD";
     let sr = match Bound::new(py, StartResponse::new(response, buffers, head_request)) {
         Ok(sr) => sr,
         Err(e) => {
             host.error(&format!("wsgi: {}: {e}", request_line(req)));
-            return M0_ERR_INTERNAL;
+            return Err(Error::INTERNAL);
         }
     };
 
     let (rc, failure) = match app.app.bind(py).call1((env, &sr)) {
         Ok(body) => respond::send_body(py, &sr, &body),
-        Err(e) => (M0_ERR_INTERNAL, Some(BodyError::App(e))),
+        Err(e) => (m0serve_abi::M0_ERR_INTERNAL, Some(BodyError::App(e))),
     };
     let client_gone = sr.try_borrow().map(|s| s.client_gone()).unwrap_or(false);
     match failure {
@@ -582,40 +429,40 @@ fn serve(
     if let Ok(mut i) = input.try_borrow_mut() {
         i.invalidate();
     }
+    let mut sent = None;
     if let Ok(mut s) = sr.try_borrow_mut() {
+        sent = s.sent();
         ctx.header_buffers = s.invalidate();
     }
     if let Ok(mut e) = ctx.errors.bind(py).try_borrow_mut() {
         e.flush_pending();
     }
     if client_gone && rc >= 0 {
-        return m0serve_abi::M0_ERR_DISCONNECTED;
+        return Err(Error::DISCONNECTED);
     }
-    rc
+    match (Error::from_code(rc), sent) {
+        (Some(e), _) => Err(e),
+        (None, Some(sent)) => Ok(sent),
+        (None, None) => {
+            host.warn(&format!(
+                "wsgi: {}: the application returned without a complete response; answering 500",
+                request_line(req)
+            ));
+            Err(Error::INTERNAL)
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use m0serve_abi::{M0_CALL_REENTRANT, M0_CAP_REPORTS_LOCK_WAIT, M0_LOCK_HELD};
+    use m0serve_plugin::Plugin;
+
     use super::*;
 
     #[test]
-    fn long_messages_keep_head_and_tail() {
-        let msg = format!("first line\n{}\nValueError: the end", "x".repeat(2000));
-        let fitted = fit_message(&msg, 512);
-        assert!(fitted.len() <= 512);
-        assert!(fitted.starts_with("first line\n[...]"));
-        assert!(fitted.ends_with("ValueError: the end"));
-        assert_eq!(fit_message("short", 512), "short");
-        let wide = "é".repeat(600);
-        assert!(fit_message(&wide, 512).len() <= 512);
-    }
-
-    #[test]
     fn descriptor_is_consistent() {
-        let info = m0_plugin_describe();
-        // SAFETY: points to the static INFO.
-        let info = unsafe { &*info };
-        assert_eq!(info.abi_major, M0_ABI_MAJOR);
+        let info = AppState::DESCRIPTION.to_info();
         assert_eq!(info.call_model, M0_CALL_REENTRANT);
         assert_eq!(info.process_lock, M0_LOCK_HELD);
         assert_eq!(

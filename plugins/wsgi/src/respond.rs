@@ -4,9 +4,8 @@
 //! out in one `response_send` when they are one piece; other iterables are
 //! streamed chunked as they are produced. `close()` is always called.
 
-use m0serve_abi::{
-    M0_ERR_DISCONNECTED, M0_ERR_INTERNAL, M0_LENGTH_UNKNOWN, M0_OK, M0Header, M0Response, M0Str,
-};
+use m0serve_abi::{M0_ERR_DISCONNECTED, M0_ERR_INTERNAL, M0_LENGTH_UNKNOWN, M0_OK};
+use m0serve_plugin::{Error, Header, Length, RawResponse};
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::intern;
@@ -14,7 +13,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyIterator, PyList, PyString, PyTuple};
 
 use crate::gil;
-use crate::host::Host;
+use crate::host;
 
 /// Writes at least this large release the GIL while the host sends them,
 /// so a slow client does not stall the other handler threads.
@@ -24,15 +23,10 @@ const JOIN_MAX: usize = 64 * 1024;
 /// Headers kept on the stack when calling the host.
 const INLINE_HEADERS: usize = 24;
 
-/// A response pointer that may be stored in a Python object. Only passed to
-/// the host during the `handle` call that owns it; `invalidate` clears it.
-#[derive(Clone, Copy)]
-struct RespPtr(*mut M0Response);
-// SAFETY: an opaque token passed back to the host, with the GIL held, by
-// the thread inside `handle`; never dereferenced by the plugin.
-unsafe impl Send for RespPtr {}
-// SAFETY: see above.
-unsafe impl Sync for RespPtr {}
+/// The ABI code of a host call's result.
+fn code(result: Result<(), Error>) -> i32 {
+    result.err().map_or(M0_OK, Error::code)
+}
 
 /// Header buffers kept by a handler thread between requests, so a request
 /// allocates none: (latin-1 bytes, offsets).
@@ -53,7 +47,9 @@ enum Wrote {
 /// response state shared with the `write()` callable and the body sender.
 #[pyclass(module = "m0serve", name = "StartResponse", freelist = 64)]
 pub struct StartResponse {
-    resp: RespPtr,
+    /// The response of the `handle` call in progress; invalidated before it
+    /// returns.
+    resp: RawResponse,
     /// 0 until `start_response` is called.
     status: u16,
     /// Latin-1 bytes of header names and values...
@@ -258,13 +254,32 @@ fn parse_headers(
     })
 }
 
+/// Calls `f` with the headers in `hbuf` at the offsets `hdrs`, as the
+/// host's array (on the stack when there are few).
+fn with_headers<R>(hbuf: &[u8], hdrs: &[[u32; 4]], f: impl FnOnce(&[Header<'_>]) -> R) -> R {
+    let mk = |h: &[u32; 4]| {
+        let [no, nl, vo, vl] = h.map(|x| x as usize);
+        Header::bytes(&hbuf[no..no + nl], &hbuf[vo..vo + vl])
+    };
+    if hdrs.len() <= INLINE_HEADERS {
+        let mut arr = [Header::bytes(b"", b""); INLINE_HEADERS];
+        for (slot, h) in arr.iter_mut().zip(hdrs) {
+            *slot = mk(h);
+        }
+        f(&arr[..hdrs.len()])
+    } else {
+        let v: Vec<Header<'_>> = hdrs.iter().map(mk).collect();
+        f(&v)
+    }
+}
+
 impl StartResponse {
     /// A fresh `start_response` for one request; `buffers` are header
     /// buffers recycled from an earlier request (see `take_buffers`).
-    pub fn new(resp: *mut M0Response, buffers: HeaderBuffers, head_request: bool) -> Self {
+    pub fn new(resp: RawResponse, buffers: HeaderBuffers, head_request: bool) -> Self {
         let (hbuf, hdrs) = buffers;
         StartResponse {
-            resp: RespPtr(resp),
+            resp,
             status: 0,
             hbuf,
             hdrs,
@@ -281,7 +296,7 @@ impl StartResponse {
     /// Called when `handle` returns: later calls fail cleanly. Returns the
     /// header buffers for the next request.
     pub fn invalidate(&mut self) -> HeaderBuffers {
-        self.resp = RespPtr(std::ptr::null_mut());
+        self.resp.invalidate();
         self.status = 0;
         let mut hbuf = std::mem::take(&mut self.hbuf);
         let mut hdrs = std::mem::take(&mut self.hdrs);
@@ -305,28 +320,9 @@ impl StartResponse {
         self.host_error == Some(M0_ERR_DISCONNECTED)
     }
 
-    fn with_headers<R>(&self, f: impl FnOnce(&[M0Header]) -> R) -> R {
-        let mk = |h: &[u32; 4]| {
-            let [no, nl, vo, vl] = h.map(|x| x as usize);
-            M0Header {
-                name: M0Str::from_bytes(&self.hbuf[no..no + nl]),
-                value: M0Str::from_bytes(&self.hbuf[vo..vo + vl]),
-            }
-        };
-        if self.hdrs.len() <= INLINE_HEADERS {
-            let empty = M0Header {
-                name: M0Str::EMPTY,
-                value: M0Str::EMPTY,
-            };
-            let mut arr = [empty; INLINE_HEADERS];
-            for (slot, h) in arr.iter_mut().zip(&self.hdrs) {
-                *slot = mk(h);
-            }
-            f(&arr[..self.hdrs.len()])
-        } else {
-            let v: Vec<M0Header> = self.hdrs.iter().map(mk).collect();
-            f(&v)
-        }
+    /// The proof that the response was finished, if it was.
+    pub fn sent(&self) -> Option<m0serve_plugin::Sent> {
+        self.resp.sent()
     }
 
     fn record(&mut self, rc: i32) -> i32 {
@@ -340,7 +336,7 @@ impl StartResponse {
         if !self.warned_overflow {
             self.warned_overflow = true;
             let _ = py;
-            Host::get().warn(&format!(
+            host::get().warn(&format!(
                 "wsgi: the application sent more than its Content-Length ({}): the rest \
                  was dropped",
                 self.declared.unwrap_or(0)
@@ -349,14 +345,19 @@ impl StartResponse {
     }
 
     fn start_head(&mut self, length: i64) -> i32 {
-        let resp = self.resp.0;
-        if resp.is_null() {
+        if !self.resp.is_valid() {
             return M0_ERR_INTERNAL;
         }
-        let host = Host::get();
-        // SAFETY: `resp` is the response of the `handle` call in progress
-        // (non-null until `invalidate`).
-        let rc = self.with_headers(|h| unsafe { host.start(resp, self.status, h, length) });
+        let length = if length == M0_LENGTH_UNKNOWN {
+            Length::Unknown
+        } else {
+            Length::Exact(length as u64)
+        };
+        let status = self.status;
+        let resp = &mut self.resp;
+        let rc = code(with_headers(&self.hbuf, &self.hdrs, |h| {
+            resp.start(status, h, length)
+        }));
         if rc == M0_OK {
             self.head_sent = true;
         }
@@ -404,17 +405,11 @@ impl StartResponse {
             }
         }
         if !data.is_empty() {
-            let resp = RespPtr(self.resp.0);
-            if resp.0.is_null() {
+            if !self.resp.is_valid() {
                 return Wrote::Err(M0_ERR_INTERNAL);
             }
-            let host = Host::get();
-            let send = move || {
-                let resp = resp;
-                // SAFETY: `resp` is the response of the `handle` call in
-                // progress; `data` is alive for the call.
-                unsafe { host.write(resp.0, data) }
-            };
+            let resp = &self.resp;
+            let send = move || code(resp.write(data));
             let rc = if data.len() >= DETACH_WRITE_MIN {
                 gil::without_gil(py, send)
             } else {
@@ -440,12 +435,10 @@ impl StartResponse {
             return M0_OK;
         }
         self.finished = true;
-        let resp = self.resp.0;
-        if resp.is_null() {
+        if !self.resp.is_valid() {
             return M0_ERR_INTERNAL;
         }
-        // SAFETY: the response of the `handle` call in progress.
-        let rc = unsafe { Host::get().finish(resp) };
+        let rc = code(self.resp.finish());
         self.record(rc)
     }
 
@@ -472,19 +465,13 @@ impl StartResponse {
                 }
             }
             _ => {
-                let resp = RespPtr(self.resp.0);
-                if resp.0.is_null() {
+                if !self.resp.is_valid() {
                     return M0_ERR_INTERNAL;
                 }
-                let host = Host::get();
                 let status = self.status;
-                let rc = self.with_headers(|h| {
-                    let send = move || {
-                        let resp = resp;
-                        // SAFETY: the response of the `handle` call in
-                        // progress; headers and body are alive for the call.
-                        unsafe { host.send(resp.0, status, h, data) }
-                    };
+                let resp = &mut self.resp;
+                let rc = with_headers(&self.hbuf, &self.hdrs, |h| {
+                    let mut send = move || code(resp.send(status, h, data));
                     if data.len() >= DETACH_WRITE_MIN {
                         gil::without_gil(py, send)
                     } else {
@@ -513,7 +500,7 @@ impl StartResponse {
         let exc_info = exc_info.filter(|e| !e.is_none());
         {
             let this = slf.borrow();
-            if this.resp.0.is_null() {
+            if !this.resp.is_valid() {
                 return Err(PyRuntimeError::new_err(
                     "start_response() called after the request ended",
                 ));
@@ -553,7 +540,7 @@ impl StartResponse {
 
     /// The legacy `write()` callable returned by `start_response`.
     fn write(&mut self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<()> {
-        if self.resp.0.is_null() {
+        if !self.resp.is_valid() {
             return Err(PyRuntimeError::new_err(
                 "write() called after the request ended",
             ));

@@ -1,0 +1,170 @@
+//! The host's functions: the log, the clock, the counters and facts, and
+//! (for the response and body types) the raw calls.
+
+use std::sync::OnceLock;
+
+use m0serve_abi::{
+    self as abi, HOST_FACT_END, M0Header, M0Host, M0Request, M0Response, MIN_HOST_SIZE, covers,
+};
+
+use crate::Error;
+
+/// The host's function table, copied at init so that no call depends on
+/// the host's struct layout afterwards. One per process; every method may
+/// be called from any thread.
+pub struct Host {
+    log: unsafe extern "C" fn(u32, *const u8, usize),
+    pub(crate) response_start:
+        unsafe extern "C" fn(*mut M0Response, u16, *const M0Header, usize, i64) -> i32,
+    pub(crate) response_write: unsafe extern "C" fn(*mut M0Response, *const u8, usize) -> i32,
+    pub(crate) response_finish: unsafe extern "C" fn(*mut M0Response) -> i32,
+    pub(crate) response_send:
+        unsafe extern "C" fn(*mut M0Response, u16, *const M0Header, usize, *const u8, usize) -> i32,
+    pub(crate) body_read: unsafe extern "C" fn(*const M0Request, *mut u8, usize) -> isize,
+    now_ns: unsafe extern "C" fn() -> u64,
+    counter_add: unsafe extern "C" fn(u32, u64),
+    /// 1.2; `None` from an older host, whose table ends before it.
+    fact: Option<unsafe extern "C" fn(*const u8, usize, *const u8, usize) -> i32>,
+    abi_minor: u32,
+}
+
+static HOST: OnceLock<Host> = OnceLock::new();
+
+/// The host, once init has begun; `None` before (in a unit test, say).
+pub fn host() -> Option<&'static Host> {
+    HOST.get()
+}
+
+/// Log levels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Level {
+    Error,
+    Warn,
+    Info,
+    Debug,
+}
+
+impl Host {
+    /// Copies the table at `host` (the first call wins; later calls return
+    /// the installed table).
+    ///
+    /// # Safety
+    /// `host` is NULL or points to an `M0Host` of at least `size` readable
+    /// bytes, whose functions live as long as the process.
+    pub(crate) unsafe fn install(host: *const M0Host) -> Result<&'static Host, String> {
+        if let Some(installed) = HOST.get() {
+            return Ok(installed);
+        }
+        // SAFETY: the caller's contract is `read`'s.
+        let table = unsafe { Host::read(host) }?;
+        Ok(HOST.get_or_init(|| table))
+    }
+
+    /// # Safety
+    /// As for `install`.
+    pub(crate) unsafe fn read(host: *const M0Host) -> Result<Host, String> {
+        if host.is_null() {
+            return Err("the host passed no function table".into());
+        }
+        // SAFETY: non-null, and `size` is the first field of every version.
+        let size = unsafe { (*host).size };
+        if size < MIN_HOST_SIZE {
+            return Err(format!(
+                "the host's function table is {size} bytes; this plugin needs at least \
+                 {MIN_HOST_SIZE} (m0serve ABI 1.0): upgrade m0serve"
+            ));
+        }
+        // The table is read field by field through the pointer, never as a
+        // whole `&M0Host`: an older host's table is shorter than ours.
+        // SAFETY: the size check covers every 1.0 field.
+        let (major, minor) = unsafe { ((*host).abi_major, (*host).abi_minor) };
+        if major != abi::M0_ABI_MAJOR {
+            return Err(format!(
+                "the host speaks m0serve ABI {major}.{minor}, this plugin {}.{}: \
+                 rebuild the plugin against the host's m0serve.h",
+                abi::M0_ABI_MAJOR,
+                abi::M0_ABI_MINOR
+            ));
+        }
+        // SAFETY: as above, each field read is a 1.0 function, and `fact`
+        // is read only when `size` says the table has it.
+        Ok(unsafe {
+            Host {
+                log: (*host).log,
+                response_start: (*host).response_start,
+                response_write: (*host).response_write,
+                response_finish: (*host).response_finish,
+                response_send: (*host).response_send,
+                body_read: (*host).body_read,
+                now_ns: (*host).now_ns,
+                counter_add: (*host).counter_add,
+                fact: covers(size, HOST_FACT_END).then(|| (*host).fact),
+                abi_minor: minor,
+            }
+        })
+    }
+
+    /// The minor ABI version the host speaks.
+    pub fn abi_minor(&self) -> u32 {
+        self.abi_minor
+    }
+
+    /// Writes a line to the server log.
+    pub fn log(&self, level: Level, message: &str) {
+        let level = match level {
+            Level::Error => abi::M0_LOG_ERROR,
+            Level::Warn => abi::M0_LOG_WARN,
+            Level::Info => abi::M0_LOG_INFO,
+            Level::Debug => abi::M0_LOG_DEBUG,
+        };
+        // SAFETY: a host function valid for the life of the process; the
+        // pointer and length describe `message`, alive for the call.
+        unsafe { (self.log)(level, message.as_ptr(), message.len()) }
+    }
+
+    pub fn error(&self, message: &str) {
+        self.log(Level::Error, message)
+    }
+
+    pub fn warn(&self, message: &str) {
+        self.log(Level::Warn, message)
+    }
+
+    pub fn info(&self, message: &str) {
+        self.log(Level::Info, message)
+    }
+
+    pub fn debug(&self, message: &str) {
+        self.log(Level::Debug, message)
+    }
+
+    /// The host's monotonic clock, in nanoseconds.
+    pub fn now_ns(&self) -> u64 {
+        // SAFETY: a host function without arguments, callable from any thread.
+        unsafe { (self.now_ns)() }
+    }
+
+    /// Reports one wait of `ns` nanoseconds for the plugin's process-wide
+    /// lock; the adaptive pool sizes itself by these (declare
+    /// [`Description::reports_lock_wait`](crate::Description::reports_lock_wait)).
+    pub fn lock_waited(&self, ns: u64) {
+        // SAFETY: a host function, callable from any thread.
+        unsafe {
+            (self.counter_add)(abi::M0_COUNTER_LOCK_WAIT_NS, ns);
+            (self.counter_add)(abi::M0_COUNTER_LOCK_WAITS, 1);
+        }
+    }
+
+    /// States a fact about how the plugin runs, for `m0serve --doctor` and
+    /// the startup checks: `key` is a dotted lowercase name
+    /// (`python.version`). A host older than ABI 1.2 has no facts: then
+    /// this does nothing and returns `Ok`.
+    pub fn fact(&self, key: &str, value: &str) -> Result<(), Error> {
+        let Some(fact) = self.fact else {
+            return Ok(());
+        };
+        // SAFETY: a host function valid for the life of the process; both
+        // pointers describe strings alive for the call.
+        Error::check(unsafe { fact(key.as_ptr(), key.len(), value.as_ptr(), value.len()) })
+    }
+}
