@@ -183,3 +183,44 @@ impl Description {
         self.name.to_str().unwrap_or("plugin")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_descriptor_declares_the_least_minor_it_needs() {
+        let plain = Description::new(c"p", c"1").to_info();
+        assert_eq!((plain.abi_major, plain.abi_minor), (abi::M0_ABI_MAJOR, 0));
+        assert_eq!(plain.call_model, abi::M0_CALL_REENTRANT);
+        assert_eq!(plain.process_lock, abi::M0_LOCK_NONE);
+        assert_eq!(plain.start, abi::M0_START_FORK_SAFE);
+        let inline = Description::new(c"p", c"1").inline().batch(8).to_info();
+        assert_eq!(inline.abi_minor, 1);
+        assert_eq!(inline.caps, abi::M0_CAP_INLINE | abi::M0_CAP_BATCH);
+        assert_eq!(inline.max_batch, 8);
+        let held = Description::new(c"p", c"1")
+            .call_model(CallModel::Pinned)
+            .process_lock(ProcessLock::Held)
+            .start(Start::NeedsExec)
+            .compute_threads(4)
+            .max_concurrency(2)
+            .to_info();
+        assert_eq!(
+            (
+                held.call_model,
+                held.process_lock,
+                held.start,
+                held.compute_threads,
+                held.max_concurrency
+            ),
+            (
+                abi::M0_CALL_PINNED,
+                abi::M0_LOCK_HELD,
+                abi::M0_START_NEEDS_EXEC,
+                4,
+                2
+            )
+        );
+    }
+}

@@ -168,3 +168,94 @@ impl Host {
         Error::check(unsafe { fact(key.as_ptr(), key.len(), value.as_ptr(), value.len()) })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    unsafe extern "C" fn log(_: u32, _: *const u8, _: usize) {}
+    unsafe extern "C" fn start(
+        _: *mut M0Response,
+        _: u16,
+        _: *const M0Header,
+        _: usize,
+        _: i64,
+    ) -> i32 {
+        0
+    }
+    unsafe extern "C" fn write(_: *mut M0Response, _: *const u8, _: usize) -> i32 {
+        0
+    }
+    unsafe extern "C" fn finish(_: *mut M0Response) -> i32 {
+        0
+    }
+    unsafe extern "C" fn send(
+        _: *mut M0Response,
+        _: u16,
+        _: *const M0Header,
+        _: usize,
+        _: *const u8,
+        _: usize,
+    ) -> i32 {
+        0
+    }
+    unsafe extern "C" fn read_body(_: *const M0Request, _: *mut u8, _: usize) -> isize {
+        0
+    }
+    unsafe extern "C" fn now() -> u64 {
+        0
+    }
+    unsafe extern "C" fn count(_: u32, _: u64) {}
+    unsafe extern "C" fn fact(_: *const u8, _: usize, _: *const u8, _: usize) -> i32 {
+        abi::M0_ERR_INVALID
+    }
+
+    fn table(size: u32, major: u32) -> M0Host {
+        M0Host {
+            size,
+            abi_major: major,
+            abi_minor: abi::M0_ABI_MINOR,
+            log,
+            response_start: start,
+            response_write: write,
+            response_finish: finish,
+            response_send: send,
+            body_read: read_body,
+            now_ns: now,
+            counter_add: count,
+            fact,
+        }
+    }
+
+    #[test]
+    fn fact_is_used_only_when_the_hosts_size_covers_it() {
+        let full = table(size_of::<M0Host>() as u32, abi::M0_ABI_MAJOR);
+        // SAFETY: a whole, valid table.
+        let host = unsafe { Host::read(&full) }.unwrap();
+        assert_eq!(host.fact("a.b", "c"), Err(Error::INVALID));
+        // A host before 1.2 says its table ends at counter_add: no call.
+        let older = table(MIN_HOST_SIZE, abi::M0_ABI_MAJOR);
+        // SAFETY: valid, and longer than it says.
+        let host = unsafe { Host::read(&older) }.unwrap();
+        assert!(host.fact.is_none());
+        assert_eq!(host.fact("a.b", "c"), Ok(()));
+    }
+
+    #[test]
+    fn a_short_table_or_another_major_is_refused_with_the_fix() {
+        let short = table(MIN_HOST_SIZE - 8, abi::M0_ABI_MAJOR);
+        // SAFETY: valid, and longer than it says.
+        let refused = unsafe { Host::read(&short) }.err().unwrap();
+        assert!(
+            refused.contains(&format!("needs at least {MIN_HOST_SIZE}"))
+                && refused.contains("upgrade m0serve"),
+            "{refused}"
+        );
+        let other = table(size_of::<M0Host>() as u32, abi::M0_ABI_MAJOR + 1);
+        // SAFETY: a whole, valid table.
+        let refused = unsafe { Host::read(&other) }.err().unwrap();
+        assert!(refused.contains("rebuild the plugin"), "{refused}");
+        // SAFETY: NULL is handled.
+        assert!(unsafe { Host::read(std::ptr::null()) }.is_err());
+    }
+}
