@@ -1,0 +1,497 @@
+//! Error replies in the two shapes clients expect.
+//!
+//! On TEI's routes an error is `{"error": "...", "error_type": "..."}` where
+//! `error_type` is one of TEI's `ErrorType` names (`Unhealthy`, `Backend`,
+//! `Overloaded`, `Validation`, `Tokenizer`, `Empty`), serialized as TEI does
+//! (the variant name, capitalized). The statuses follow TEI's router
+//! (`router/src/http/server.rs`, `impl From<&ErrorType> for StatusCode`):
+//!
+//! | error_type | status |
+//! |------------|--------|
+//! | Unhealthy  | 503    |
+//! | Backend    | 424    |
+//! | Overloaded | 429    |
+//! | Tokenizer  | 422    |
+//! | Validation | 413    |
+//! | Empty      | 400    |
+//!
+//! Where TEI answers in plain text (axum's JSON rejection: 400 for a syntax
+//! error, 422 for a wrong type or missing field) this module answers with the
+//! same status and a JSON body (`error_type` `Validation`).
+//!
+//! On `/v1/embeddings` an error is OpenAI's
+//! `{"error": {"message", "type", "param", "code"}}`. Client mistakes are 400
+//! `invalid_request_error` (openai-python raises `BadRequestError` and does
+//! not retry), a body over the limit is 413, overload is 429 and
+//! unavailability 503 (both retried by openai-python), failures of the model
+//! are 500 `server_error`.
+
+use super::json::write_str;
+
+/// Which API a request came in on, and so which error shape it gets back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flavor {
+    /// text-embeddings-inference: `/embed`, `/`, `/health`, `/info`.
+    Tei,
+    /// OpenAI: `/v1/embeddings`.
+    OpenAi,
+}
+
+/// Names of the server settings that error messages point to. The plugin's
+/// wiring reads these environment variables (or the equivalent plugin
+/// options) to fill [`super::Limits`].
+pub const ENV_MAX_CLIENT_BATCH_SIZE: &str = "M0_EMBED_MAX_CLIENT_BATCH_SIZE";
+/// See [`ENV_MAX_CLIENT_BATCH_SIZE`].
+pub const ENV_PAYLOAD_LIMIT: &str = "M0_EMBED_PAYLOAD_LIMIT";
+/// See [`ENV_MAX_CLIENT_BATCH_SIZE`].
+pub const ENV_AUTO_TRUNCATE: &str = "M0_EMBED_AUTO_TRUNCATE";
+
+/// An error reply: status, shape and text, ready to render with
+/// [`ApiError::body`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiError {
+    /// HTTP status code.
+    pub status: u16,
+    /// Which body shape [`ApiError::body`] writes.
+    pub flavor: Flavor,
+    /// TEI's `error_type`, or OpenAI's `type`.
+    pub kind: &'static str,
+    /// Human-readable: the problem and how to fix it.
+    pub message: String,
+    /// OpenAI's `param`: the request field at fault, if one is.
+    pub param: Option<&'static str>,
+    /// OpenAI's `code`: a stable machine-readable name for the condition.
+    pub code: Option<&'static str>,
+    /// For 405: the value of the `Allow` header the reply must carry.
+    pub allow: Option<&'static str>,
+}
+
+// TEI's ErrorType names, as TEI serializes them.
+pub(crate) const UNHEALTHY: &str = "Unhealthy";
+pub(crate) const BACKEND: &str = "Backend";
+pub(crate) const OVERLOADED: &str = "Overloaded";
+pub(crate) const VALIDATION: &str = "Validation";
+pub(crate) const TOKENIZER: &str = "Tokenizer";
+pub(crate) const EMPTY: &str = "Empty";
+
+// OpenAI's error types.
+pub(crate) const INVALID_REQUEST: &str = "invalid_request_error";
+pub(crate) const SERVER_ERROR: &str = "server_error";
+pub(crate) const RATE_LIMIT: &str = "rate_limit_error";
+
+impl ApiError {
+    fn new(status: u16, flavor: Flavor, kind: &'static str, message: String) -> Self {
+        ApiError {
+            status,
+            flavor,
+            kind,
+            message,
+            param: None,
+            code: None,
+            allow: None,
+        }
+    }
+
+    pub(crate) fn with_param(mut self, param: &'static str) -> Self {
+        self.param = Some(param);
+        self
+    }
+
+    pub(crate) fn with_code(mut self, code: &'static str) -> Self {
+        self.code = Some(code);
+        self
+    }
+
+    /// A client mistake in the request's content: TEI 422 `Validation` (as
+    /// axum's rejection of a wrong type is 422), OpenAI 400.
+    pub(crate) fn invalid(flavor: Flavor, param: &'static str, message: String) -> Self {
+        match flavor {
+            Flavor::Tei => ApiError::new(422, flavor, VALIDATION, message).with_param(param),
+            Flavor::OpenAi => ApiError::new(400, flavor, INVALID_REQUEST, message)
+                .with_param(param)
+                .with_code("invalid_value"),
+        }
+    }
+
+    /// The body is not JSON (or not UTF-8): 400 on both routes.
+    pub(crate) fn malformed(flavor: Flavor, why: &str) -> Self {
+        let message = format!(
+            "the request body is not valid JSON ({why}); send a JSON object such as {}",
+            example(flavor)
+        );
+        let kind = match flavor {
+            Flavor::Tei => VALIDATION,
+            Flavor::OpenAi => INVALID_REQUEST,
+        };
+        ApiError::new(400, flavor, kind, message).with_code("invalid_json")
+    }
+
+    /// No input to embed: an empty list or an empty string. TEI 400 `Empty`
+    /// (TEI itself answers 413 `Validation` for an empty string), OpenAI 400.
+    pub fn empty_input(flavor: Flavor) -> Self {
+        let field = input_field(flavor);
+        let message = format!(
+            "`{field}` is empty: send a non-empty string or a non-empty list of non-empty strings"
+        );
+        match flavor {
+            Flavor::Tei => ApiError::new(400, flavor, EMPTY, message).with_param("inputs"),
+            Flavor::OpenAi => ApiError::new(400, flavor, INVALID_REQUEST, message)
+                .with_param("input")
+                .with_code("empty_input"),
+        }
+    }
+
+    /// More inputs in one request than `max`. TEI 413 `Validation`, OpenAI
+    /// 400.
+    pub fn too_many(flavor: Flavor, n: usize, max: usize) -> Self {
+        let field = input_field(flavor);
+        let message = format!(
+            "batch size {n} > maximum allowed batch size {max}: send at most {max} items in \
+             `{field}` per request, or raise the server's limit ({ENV_MAX_CLIENT_BATCH_SIZE})"
+        );
+        match flavor {
+            Flavor::Tei => ApiError::new(413, flavor, VALIDATION, message).with_param("inputs"),
+            Flavor::OpenAi => ApiError::new(400, flavor, INVALID_REQUEST, message)
+                .with_param("input")
+                .with_code("too_many_inputs"),
+        }
+    }
+
+    /// Input `index` has `tokens` tokens, over the model's `max`, and
+    /// truncation is off. TEI 413 `Validation`, OpenAI 400
+    /// `context_length_exceeded`.
+    pub fn too_long(flavor: Flavor, index: usize, tokens: usize, max: usize) -> Self {
+        let fix = match flavor {
+            Flavor::Tei => {
+                "send \"truncate\": true to cut it to the limit, shorten it, or start \
+                            the server with auto-truncation"
+            }
+            Flavor::OpenAi => "shorten it, or start the server with auto-truncation",
+        };
+        let field = input_field(flavor);
+        let message = format!(
+            "`{field}` item {index} has {tokens} tokens, more than the model's maximum of \
+             {max} tokens: {fix} ({ENV_AUTO_TRUNCATE}=1)"
+        );
+        match flavor {
+            Flavor::Tei => ApiError::new(413, flavor, VALIDATION, message).with_param("inputs"),
+            Flavor::OpenAi => ApiError::new(400, flavor, INVALID_REQUEST, message)
+                .with_param("input")
+                .with_code("context_length_exceeded"),
+        }
+    }
+
+    /// The body is `len` bytes, over the `limit`. 413 on both routes.
+    pub fn payload_too_large(flavor: Flavor, len: usize, limit: usize) -> Self {
+        let message = format!(
+            "the request body is {len} bytes, over the limit of {limit} bytes: split the inputs \
+             over several requests, or raise the limit ({ENV_PAYLOAD_LIMIT})"
+        );
+        let kind = match flavor {
+            Flavor::Tei => VALIDATION,
+            Flavor::OpenAi => INVALID_REQUEST,
+        };
+        ApiError::new(413, flavor, kind, message).with_code("payload_too_large")
+    }
+
+    /// The tokenizer failed on an input. TEI 422 `Tokenizer`, OpenAI 400.
+    pub fn tokenizer(flavor: Flavor, why: &str) -> Self {
+        let message = format!("tokenization failed: {why}");
+        match flavor {
+            Flavor::Tei => ApiError::new(422, flavor, TOKENIZER, message),
+            Flavor::OpenAi => ApiError::new(400, flavor, INVALID_REQUEST, message)
+                .with_param("input")
+                .with_code("tokenizer_error"),
+        }
+    }
+
+    /// Too much work queued; the client may retry later. 429 on both routes.
+    pub fn overloaded(flavor: Flavor, why: &str) -> Self {
+        let message = format!("the model is overloaded: {why}; retry later");
+        match flavor {
+            Flavor::Tei => ApiError::new(429, flavor, OVERLOADED, message),
+            Flavor::OpenAi => {
+                ApiError::new(429, flavor, RATE_LIMIT, message).with_code("overloaded")
+            }
+        }
+    }
+
+    /// The model is not loaded (yet) or is broken. 503 on both routes.
+    pub fn unavailable(flavor: Flavor, why: &str) -> Self {
+        let message = format!("the model is unavailable: {why}");
+        let kind = match flavor {
+            Flavor::Tei => UNHEALTHY,
+            Flavor::OpenAi => SERVER_ERROR,
+        };
+        ApiError::new(503, flavor, kind, message).with_code("unavailable")
+    }
+
+    /// Inference failed. TEI 424 `Backend`, OpenAI 500.
+    pub fn backend(flavor: Flavor, why: &str) -> Self {
+        let message = format!("inference failed: {why}");
+        match flavor {
+            Flavor::Tei => ApiError::new(424, flavor, BACKEND, message),
+            Flavor::OpenAi => {
+                ApiError::new(500, flavor, SERVER_ERROR, message).with_code("inference_failed")
+            }
+        }
+    }
+
+    /// A bug on the server's side (such as a NaN in an embedding). 500 on
+    /// both routes, `Backend` on TEI's.
+    pub fn internal(flavor: Flavor, why: &str) -> Self {
+        let message = format!("internal error: {why}");
+        let kind = match flavor {
+            Flavor::Tei => BACKEND,
+            Flavor::OpenAi => SERVER_ERROR,
+        };
+        ApiError::new(500, flavor, kind, message).with_code("internal_error")
+    }
+
+    /// No route for this path. 404; the OpenAI shape for paths under `/v1/`.
+    pub fn not_found(method: &[u8], path: &[u8]) -> Self {
+        let flavor = flavor_of_path(path);
+        let message = format!(
+            "no route for {} {}: this server answers POST /embed, POST /, POST /v1/embeddings, \
+             GET /health and GET /info",
+            String::from_utf8_lossy(method),
+            String::from_utf8_lossy(path)
+        );
+        let kind = match flavor {
+            Flavor::Tei => VALIDATION,
+            Flavor::OpenAi => INVALID_REQUEST,
+        };
+        ApiError::new(404, flavor, kind, message).with_code("not_found")
+    }
+
+    /// A known path asked with a method it does not take. 405, with the
+    /// `Allow` value in [`ApiError::allow`].
+    pub fn method_not_allowed(method: &[u8], path: &[u8], allow: &'static str) -> Self {
+        let flavor = flavor_of_path(path);
+        let message = format!(
+            "{} is not allowed on {}: use {allow}",
+            String::from_utf8_lossy(method),
+            String::from_utf8_lossy(path)
+        );
+        let kind = match flavor {
+            Flavor::Tei => VALIDATION,
+            Flavor::OpenAi => INVALID_REQUEST,
+        };
+        let mut e = ApiError::new(405, flavor, kind, message).with_code("method_not_allowed");
+        e.allow = Some(allow);
+        e
+    }
+
+    /// HTTP status code.
+    pub fn status(&self) -> u16 {
+        self.status
+    }
+
+    /// `Content-Type` of [`ApiError::body`].
+    pub fn content_type(&self) -> &'static str {
+        "application/json"
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.message.len() + 96);
+        self.write_body(&mut out);
+        out
+    }
+
+    /// Appends the JSON body to `out`.
+    pub fn write_body(&self, out: &mut Vec<u8>) {
+        match self.flavor {
+            Flavor::Tei => {
+                out.extend_from_slice(b"{\"error\":");
+                write_str(&self.message, out);
+                out.extend_from_slice(b",\"error_type\":");
+                write_str(self.kind, out);
+                out.push(b'}');
+            }
+            Flavor::OpenAi => {
+                out.extend_from_slice(b"{\"error\":{\"message\":");
+                write_str(&self.message, out);
+                out.extend_from_slice(b",\"type\":");
+                write_str(self.kind, out);
+                out.extend_from_slice(b",\"param\":");
+                write_opt(self.param, out);
+                out.extend_from_slice(b",\"code\":");
+                write_opt(self.code, out);
+                out.extend_from_slice(b"}}");
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}: {}", self.status, self.kind, self.message)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+fn write_opt(v: Option<&str>, out: &mut Vec<u8>) {
+    match v {
+        Some(s) => write_str(s, out),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+fn input_field(flavor: Flavor) -> &'static str {
+    match flavor {
+        Flavor::Tei => "inputs",
+        Flavor::OpenAi => "input",
+    }
+}
+
+fn example(flavor: Flavor) -> &'static str {
+    match flavor {
+        Flavor::Tei => "{\"inputs\": [\"some text\"]}",
+        Flavor::OpenAi => "{\"input\": [\"some text\"], \"model\": \"...\"}",
+    }
+}
+
+fn flavor_of_path(path: &[u8]) -> Flavor {
+    if path.starts_with(b"/v1/") || path == b"/v1" {
+        Flavor::OpenAi
+    } else {
+        Flavor::Tei
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    fn parse(e: &ApiError) -> Value {
+        serde_json::from_slice(&e.body()).expect("error bodies are JSON")
+    }
+
+    #[test]
+    fn tei_shape_has_error_and_error_type_only() {
+        let e = ApiError::too_many(Flavor::Tei, 40, 32);
+        let v = parse(&e);
+        let obj = v.as_object().unwrap();
+        assert_eq!(obj.len(), 2);
+        assert_eq!(v["error_type"], "Validation");
+        assert_eq!(e.status(), 413);
+        assert_eq!(e.content_type(), "application/json");
+    }
+
+    #[test]
+    fn openai_shape_nests_message_type_param_code() {
+        let e = ApiError::too_many(Flavor::OpenAi, 40, 32);
+        let v = parse(&e);
+        assert_eq!(v.as_object().unwrap().len(), 1);
+        let inner = v["error"].as_object().unwrap();
+        assert_eq!(inner.len(), 4);
+        assert_eq!(v["error"]["type"], "invalid_request_error");
+        assert_eq!(v["error"]["param"], "input");
+        assert_eq!(v["error"]["code"], "too_many_inputs");
+        assert_eq!(e.status(), 400);
+    }
+
+    #[test]
+    fn tei_status_mapping_matches_tei_router() {
+        let f = Flavor::Tei;
+        let cases = [
+            (ApiError::unavailable(f, "loading"), 503, "Unhealthy"),
+            (ApiError::backend(f, "x"), 424, "Backend"),
+            (ApiError::overloaded(f, "queue full"), 429, "Overloaded"),
+            (ApiError::tokenizer(f, "bad"), 422, "Tokenizer"),
+            (ApiError::too_long(f, 0, 600, 512), 413, "Validation"),
+            (ApiError::too_many(f, 33, 32), 413, "Validation"),
+            (ApiError::empty_input(f), 400, "Empty"),
+            (ApiError::payload_too_large(f, 3, 2), 413, "Validation"),
+            (ApiError::internal(f, "NaN"), 500, "Backend"),
+        ];
+        for (e, status, kind) in cases {
+            assert_eq!(e.status, status, "{e}");
+            assert_eq!(parse(&e)["error_type"], kind, "{e}");
+        }
+    }
+
+    #[test]
+    fn openai_status_mapping() {
+        let f = Flavor::OpenAi;
+        let cases = [
+            (ApiError::unavailable(f, "loading"), 503, "server_error"),
+            (ApiError::backend(f, "x"), 500, "server_error"),
+            (
+                ApiError::overloaded(f, "queue full"),
+                429,
+                "rate_limit_error",
+            ),
+            (ApiError::tokenizer(f, "bad"), 400, "invalid_request_error"),
+            (
+                ApiError::too_long(f, 0, 600, 512),
+                400,
+                "invalid_request_error",
+            ),
+            (ApiError::empty_input(f), 400, "invalid_request_error"),
+            (
+                ApiError::payload_too_large(f, 3, 2),
+                413,
+                "invalid_request_error",
+            ),
+            (ApiError::internal(f, "NaN"), 500, "server_error"),
+        ];
+        for (e, status, kind) in cases {
+            assert_eq!(e.status, status, "{e}");
+            assert_eq!(parse(&e)["error"]["type"], kind, "{e}");
+        }
+    }
+
+    #[test]
+    fn too_long_names_input_tokens_limit_and_fix() {
+        let e = ApiError::too_long(Flavor::Tei, 3, 700, 512);
+        assert!(e.message.contains("item 3"));
+        assert!(e.message.contains("700 tokens"));
+        assert!(e.message.contains("512"));
+        assert!(e.message.contains("\"truncate\": true"));
+        assert!(e.message.contains(ENV_AUTO_TRUNCATE));
+        let e = ApiError::too_long(Flavor::OpenAi, 0, 700, 512);
+        assert_eq!(e.code, Some("context_length_exceeded"));
+        assert!(!e.message.contains("\"truncate\""));
+    }
+
+    #[test]
+    fn too_many_and_payload_name_limit_and_setting() {
+        let e = ApiError::too_many(Flavor::Tei, 33, 32);
+        assert!(e.message.contains("33") && e.message.contains("32"));
+        assert!(e.message.contains(ENV_MAX_CLIENT_BATCH_SIZE));
+        let e = ApiError::payload_too_large(Flavor::Tei, 2_000_001, 2_000_000);
+        assert!(e.message.contains("2000001") && e.message.contains("2000000"));
+        assert!(e.message.contains(ENV_PAYLOAD_LIMIT));
+    }
+
+    #[test]
+    fn messages_are_escaped() {
+        let e = ApiError::tokenizer(Flavor::Tei, "quote \" backslash \\ newline \n nul \u{0}");
+        let v = parse(&e);
+        assert!(
+            v["error"]
+                .as_str()
+                .unwrap()
+                .contains("\" backslash \\ newline \n nul \u{0}")
+        );
+    }
+
+    #[test]
+    fn not_found_and_405_pick_shape_by_path() {
+        let e = ApiError::not_found(b"GET", b"/nope");
+        assert_eq!(e.status, 404);
+        assert_eq!(e.flavor, Flavor::Tei);
+        assert!(parse(&e)["error"].as_str().unwrap().contains("/nope"));
+        let e = ApiError::not_found(b"POST", b"/v1/chat/completions");
+        assert_eq!(e.flavor, Flavor::OpenAi);
+        assert_eq!(parse(&e)["error"]["code"], "not_found");
+        let e = ApiError::method_not_allowed(b"GET", b"/embed", "POST");
+        assert_eq!(e.status, 405);
+        assert_eq!(e.allow, Some("POST"));
+        assert!(e.message.contains("use POST"));
+    }
+}

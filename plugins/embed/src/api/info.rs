@@ -1,0 +1,175 @@
+//! `GET /info`: TEI's `Info` object.
+//!
+//! Fields, in TEI's order (`router/src/lib.rs`, `struct Info`): `model_id`,
+//! `model_sha`, `model_dtype`, `model_type` (`{"embedding": {"pooling":
+//! ...}}`), `max_concurrent_requests`, `max_input_length`,
+//! `max_batch_tokens`, `max_batch_requests`, `max_client_batch_size`,
+//! `auto_truncate`, `tokenization_workers`, `version`, `sha`,
+//! `docker_label`; newer TEI adds `served_model_name`, written here too.
+
+use super::json::{write_str, write_usize};
+
+/// What `/info` reports. Every field is a fact about this server; the
+/// `Option`s are written as `null` when unknown.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InfoFields<'a> {
+    /// The model's name or folder, as loaded.
+    pub model_id: &'a str,
+    /// The model's revision (a Hub commit), if known.
+    pub model_sha: Option<&'a str>,
+    /// The weights' dtype as run, TEI's spelling: `float32`, `float16`.
+    pub model_dtype: &'a str,
+    /// The pooling, TEI's spelling: `mean`, `cls`, ...
+    pub pooling: &'a str,
+    /// The embedding width. Not one of TEI's fields (TEI has none for it);
+    /// not written, kept so the plugin has one place for the model's facts.
+    pub dim: usize,
+    /// Requests in flight at once before new ones are refused.
+    pub max_concurrent_requests: usize,
+    /// The model's token limit per input.
+    pub max_input_length: usize,
+    /// Most tokens in one forward batch.
+    pub max_batch_tokens: usize,
+    /// Most inputs in one forward batch, if capped.
+    pub max_batch_requests: Option<usize>,
+    /// Most inputs in one client request.
+    pub max_client_batch_size: usize,
+    /// Whether over-long inputs are cut when a request does not say.
+    pub auto_truncate: bool,
+    /// Threads that tokenize.
+    pub tokenization_workers: usize,
+    /// This plugin's version.
+    pub version: &'a str,
+    /// The git commit this plugin was built from, if known.
+    pub sha: Option<&'a str>,
+    /// A container image label, if any.
+    pub docker_label: Option<&'a str>,
+    /// The name the OpenAI route answers with when a request names no
+    /// model, if different from `model_id`.
+    pub served_model_name: Option<&'a str>,
+}
+
+/// Writes TEI's `Info` JSON for `info`, appending to `out`.
+pub fn write_info(info: &InfoFields<'_>, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"{\"model_id\":");
+    write_str(info.model_id, out);
+    out.extend_from_slice(b",\"model_sha\":");
+    opt_str(info.model_sha, out);
+    out.extend_from_slice(b",\"model_dtype\":");
+    write_str(info.model_dtype, out);
+    out.extend_from_slice(b",\"model_type\":{\"embedding\":{\"pooling\":");
+    write_str(info.pooling, out);
+    out.extend_from_slice(b"}},\"max_concurrent_requests\":");
+    write_usize(info.max_concurrent_requests, out);
+    out.extend_from_slice(b",\"max_input_length\":");
+    write_usize(info.max_input_length, out);
+    out.extend_from_slice(b",\"max_batch_tokens\":");
+    write_usize(info.max_batch_tokens, out);
+    out.extend_from_slice(b",\"max_batch_requests\":");
+    match info.max_batch_requests {
+        Some(n) => write_usize(n, out),
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b",\"max_client_batch_size\":");
+    write_usize(info.max_client_batch_size, out);
+    out.extend_from_slice(b",\"auto_truncate\":");
+    out.extend_from_slice(if info.auto_truncate {
+        b"true"
+    } else {
+        b"false"
+    });
+    out.extend_from_slice(b",\"tokenization_workers\":");
+    write_usize(info.tokenization_workers, out);
+    out.extend_from_slice(b",\"version\":");
+    write_str(info.version, out);
+    out.extend_from_slice(b",\"sha\":");
+    opt_str(info.sha, out);
+    out.extend_from_slice(b",\"docker_label\":");
+    opt_str(info.docker_label, out);
+    out.extend_from_slice(b",\"served_model_name\":");
+    opt_str(info.served_model_name, out);
+    out.push(b'}');
+}
+
+fn opt_str(v: Option<&str>, out: &mut Vec<u8>) {
+    match v {
+        Some(s) => write_str(s, out),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    fn sample() -> InfoFields<'static> {
+        InfoFields {
+            model_id: "sentence-transformers/all-MiniLM-L6-v2",
+            model_sha: None,
+            model_dtype: "float32",
+            pooling: "mean",
+            dim: 384,
+            max_concurrent_requests: 512,
+            max_input_length: 256,
+            max_batch_tokens: 16384,
+            max_batch_requests: None,
+            max_client_batch_size: 32,
+            auto_truncate: false,
+            tokenization_workers: 2,
+            version: env!("CARGO_PKG_VERSION"),
+            sha: Some("abc123"),
+            docker_label: None,
+            served_model_name: None,
+        }
+    }
+
+    #[test]
+    fn info_has_every_tei_field_with_types() {
+        let mut out = Vec::new();
+        write_info(&sample(), &mut out);
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        let obj = v.as_object().unwrap();
+        let keys: Vec<&str> = obj.keys().map(String::as_str).collect();
+        for k in [
+            "model_id",
+            "model_sha",
+            "model_dtype",
+            "model_type",
+            "max_concurrent_requests",
+            "max_input_length",
+            "max_batch_tokens",
+            "max_batch_requests",
+            "max_client_batch_size",
+            "auto_truncate",
+            "tokenization_workers",
+            "version",
+            "sha",
+            "docker_label",
+            "served_model_name",
+        ] {
+            assert!(keys.contains(&k), "missing {k}");
+        }
+        assert_eq!(obj.len(), 15);
+        assert_eq!(v["model_type"]["embedding"]["pooling"], "mean");
+        assert_eq!(v["model_sha"], Value::Null);
+        assert_eq!(v["max_batch_requests"], Value::Null);
+        assert_eq!(v["max_input_length"], 256);
+        assert_eq!(v["auto_truncate"], false);
+        assert_eq!(v["sha"], "abc123");
+    }
+
+    #[test]
+    fn info_escapes_strings_and_writes_some() {
+        let mut i = sample();
+        i.model_id = "/models/\"odd\" name";
+        i.max_batch_requests = Some(8);
+        i.served_model_name = Some("mini");
+        let mut out = Vec::new();
+        write_info(&i, &mut out);
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["model_id"], "/models/\"odd\" name");
+        assert_eq!(v["max_batch_requests"], 8);
+        assert_eq!(v["served_model_name"], "mini");
+    }
+}

@@ -1,0 +1,26 @@
+//! The HTTP API of the embedding plugin: routing, request parsing, error
+//! replies and response rendering for text-embeddings-inference's and
+//! OpenAI's embedding APIs. Pure Rust: no ABI, no model.
+//!
+//! A request goes: [`route`] on the request line; for the two embedding
+//! routes, [`parse_tei`] or [`parse_openai`] on the body, giving an
+//! [`EmbedCall`]; the model embeds `EmbedCall::inputs` (refusing over-long
+//! inputs with [`ApiError::too_long`] unless `truncate`); [`shrink_rows`]
+//! applies `dimensions`; [`write_tei`] or [`write_openai`] writes the reply.
+//! Any failure is an [`ApiError`], whose [`ApiError::status`],
+//! [`ApiError::content_type`] and [`ApiError::body`] are the reply.
+
+mod error;
+mod info;
+mod json;
+mod render;
+mod request;
+mod route;
+
+pub use error::{
+    ApiError, ENV_AUTO_TRUNCATE, ENV_MAX_CLIENT_BATCH_SIZE, ENV_PAYLOAD_LIMIT, Flavor,
+};
+pub use info::{InfoFields, write_info};
+pub use render::{shrink_rows, write_openai, write_tei};
+pub use request::{EmbedCall, Encoding, Limits, TruncationDirection, parse_openai, parse_tei};
+pub use route::{Route, route};

@@ -1,0 +1,117 @@
+//! Which handler a request line goes to.
+
+/// Where a request goes, decided from its method and path alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// `POST /embed` or `POST /` (where huggingface_hub's
+    /// `InferenceClient.feature_extraction` posts): parse with
+    /// [`super::parse_tei`], answer with [`super::write_tei`].
+    Embed,
+    /// `POST /v1/embeddings` (also `POST /embeddings`, which TEI serves
+    /// too): parse with [`super::parse_openai`], answer with
+    /// [`super::write_openai`].
+    OpenAiEmbeddings,
+    /// `GET /health` (or `HEAD`): 200 with an empty body once the model is
+    /// loaded, else [`super::ApiError::unavailable`].
+    Health,
+    /// `GET /info` (or `HEAD`): [`super::write_info`].
+    Info,
+    /// No such path: answer [`super::ApiError::not_found`].
+    NotFound,
+    /// A known path with the wrong method: answer
+    /// [`super::ApiError::method_not_allowed`], with an `Allow: {allow}`
+    /// header.
+    MethodNotAllowed {
+        /// The `Allow` header value.
+        allow: &'static str,
+    },
+}
+
+const POST: &str = "POST";
+const GET: &str = "GET, HEAD";
+
+/// Routes a request. `path` is the request target; a query string
+/// (`?...`) is ignored. Methods are case-sensitive, as HTTP says.
+pub fn route(method: &[u8], path: &[u8]) -> Route {
+    let path = match path.iter().position(|&b| b == b'?') {
+        Some(q) => &path[..q],
+        None => path,
+    };
+    let (target, allow) = match path {
+        b"/embed" | b"/" => (Route::Embed, POST),
+        b"/v1/embeddings" | b"/embeddings" => (Route::OpenAiEmbeddings, POST),
+        b"/health" => (Route::Health, GET),
+        b"/info" => (Route::Info, GET),
+        _ => return Route::NotFound,
+    };
+    let ok = match allow {
+        POST => method == b"POST",
+        _ => method == b"GET" || method == b"HEAD",
+    };
+    if ok {
+        target
+    } else {
+        Route::MethodNotAllowed { allow }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_routes() {
+        assert_eq!(route(b"POST", b"/embed"), Route::Embed);
+        assert_eq!(route(b"POST", b"/"), Route::Embed);
+        assert_eq!(route(b"POST", b"/v1/embeddings"), Route::OpenAiEmbeddings);
+        assert_eq!(route(b"POST", b"/embeddings"), Route::OpenAiEmbeddings);
+        assert_eq!(route(b"GET", b"/health"), Route::Health);
+        assert_eq!(route(b"HEAD", b"/health"), Route::Health);
+        assert_eq!(route(b"GET", b"/info"), Route::Info);
+    }
+
+    #[test]
+    fn query_strings_are_ignored() {
+        assert_eq!(route(b"POST", b"/embed?x=1"), Route::Embed);
+        assert_eq!(route(b"GET", b"/info?"), Route::Info);
+        assert_eq!(route(b"POST", b"/?wait_for_model=true"), Route::Embed);
+    }
+
+    #[test]
+    fn wrong_method_gives_405_with_allow() {
+        assert_eq!(
+            route(b"GET", b"/embed"),
+            Route::MethodNotAllowed { allow: "POST" }
+        );
+        assert_eq!(
+            route(b"GET", b"/v1/embeddings"),
+            Route::MethodNotAllowed { allow: "POST" }
+        );
+        assert_eq!(
+            route(b"POST", b"/health"),
+            Route::MethodNotAllowed { allow: "GET, HEAD" }
+        );
+        assert_eq!(
+            route(b"DELETE", b"/info"),
+            Route::MethodNotAllowed { allow: "GET, HEAD" }
+        );
+        assert_eq!(
+            route(b"post", b"/embed"),
+            Route::MethodNotAllowed { allow: "POST" }
+        );
+    }
+
+    #[test]
+    fn unknown_paths_are_404() {
+        for p in [
+            &b"/embed/"[..],
+            b"/v1/chat/completions",
+            b"/Embed",
+            b"",
+            b"/embed_all",
+            b"\xff",
+        ] {
+            assert_eq!(route(b"POST", p), Route::NotFound, "{p:?}");
+        }
+    }
+}
