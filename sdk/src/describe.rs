@@ -131,10 +131,6 @@ impl Description {
         self
     }
 
-    pub(crate) const fn declares_batch(&self) -> bool {
-        self.caps & abi::M0_CAP_BATCH != 0
-    }
-
     /// The least ABI minor whose features this description uses: a host
     /// refuses a plugin that declares a newer minor than its own, so an SDK
     /// plugin declares only what it needs and loads on every host that has

@@ -5,13 +5,48 @@
 use std::any::Any;
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::OnceLock;
 
 use m0serve_abi::{
-    self as abi, M0_ERROR_MESSAGE_LEN, M0Error, M0Host, M0InitArgs, M0PluginCalls, M0Request,
-    M0Response,
+    self as abi, M0_ERROR_MESSAGE_LEN, M0Error, M0Host, M0InitArgs, M0PluginCalls, M0PluginInfo,
+    M0Request, M0Response,
 };
 
 use crate::{Batch, Host, InitArgs, InitError, Plugin, Request, Response};
+
+/// The descriptor, made once from [`Plugin::describe`] on the first call
+/// of `m0_plugin_describe`, and static after.
+pub struct Info(OnceLock<M0PluginInfo>);
+
+// SAFETY: the descriptor's pointers are to static, immutable strings, so it
+// may be sent to and shared by any thread.
+unsafe impl Send for Info {}
+// SAFETY: as for Send; OnceLock makes the one write safe.
+unsafe impl Sync for Info {}
+
+impl Info {
+    pub const fn new() -> Info {
+        Info(OnceLock::new())
+    }
+
+    pub fn get<P: Plugin>(&self) -> *const M0PluginInfo {
+        // A panic in describe must not unwind into the host: a descriptor
+        // of size 0, which the host refuses, stands for it.
+        self.0.get_or_init(|| match catch_unwind(P::describe) {
+            Ok(d) => d.to_info(),
+            Err(_) => M0PluginInfo {
+                size: 0,
+                ..P::DESCRIPTION.to_info()
+            },
+        })
+    }
+}
+
+impl Default for Info {
+    fn default() -> Info {
+        Info::new()
+    }
+}
 
 /// The calls table for `P`; the hooks a plugin does not override cost one
 /// empty call each.
@@ -21,11 +56,8 @@ pub const fn calls<P: Plugin>() -> M0PluginCalls {
         handle: Some(handle::<P>),
         thread_start: Some(thread_start::<P>),
         thread_stop: Some(thread_stop::<P>),
-        handle_batch: if P::DESCRIPTION.declares_batch() {
-            Some(handle_batch::<P>)
-        } else {
-            None
-        },
+        // Called only when the descriptor declares M0_CAP_BATCH.
+        handle_batch: Some(handle_batch::<P>),
         shutdown: Some(shutdown::<P>),
     }
 }

@@ -80,6 +80,14 @@ pub trait Plugin: Sized + Send + Sync + 'static {
     /// What the plugin is and how it may be called.
     const DESCRIPTION: Description;
 
+    /// The description the host reads, once per process: `DESCRIPTION`
+    /// unless a plugin chooses at run time (its compute threads from a
+    /// variable, say). It must have no side effects: `m0serve --doctor`
+    /// calls it in a throwaway process.
+    fn describe() -> Description {
+        Self::DESCRIPTION
+    }
+
     /// Starts the plugin in this worker. [`InitError::refused`] makes the
     /// worker exit 78 (a configuration error, not respawned);
     /// [`InitError::failed`] exits 1.
@@ -125,14 +133,13 @@ pub trait Plugin: Sized + Send + Sync + 'static {
 macro_rules! export {
     ($plugin:ty) => {
         const _: () = {
-            static INFO: $crate::__private::M0PluginInfo =
-                <$plugin as $crate::Plugin>::DESCRIPTION.to_info();
+            static INFO: $crate::__private::Info = $crate::__private::Info::new();
             static CALLS: $crate::__private::M0PluginCalls = $crate::__private::calls::<$plugin>();
 
             #[allow(unsafe_code)]
             #[unsafe(no_mangle)]
             pub extern "C" fn m0_plugin_describe() -> *const $crate::__private::M0PluginInfo {
-                &INFO
+                INFO.get::<$plugin>()
             }
 
             /// # Safety
@@ -158,6 +165,6 @@ macro_rules! export {
 /// For `export!` only.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::entry::{calls, init};
+    pub use crate::entry::{Info, calls, init};
     pub use m0serve_abi::{M0Error, M0Host, M0InitArgs, M0PluginCalls, M0PluginInfo};
 }
