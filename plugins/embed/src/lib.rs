@@ -5,3 +5,5 @@
 //! and OpenAI.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
+
+pub mod model;
