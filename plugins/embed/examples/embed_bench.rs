@@ -1,8 +1,9 @@
 //! Times the forward pass: batch 1 and batch 32 of ~10-token sentences, on
 //! 1 and 2 compute threads.
 //!
-//!     cargo run --release -p m0-embed --example embed_bench -- MODEL_DIR [SECONDS]
+//!     cargo run --release -p m0-embed --example embed_bench -- MODEL_DIR [SECONDS [THREADS [BATCH]]]
 //!
+//! THREADS and BATCH restrict the cases to one (for a profiler).
 //! Prints, per case, the best and the median call (ms), sentences/s at the
 //! best and the median, and GFLOP/s of the dense layers at the best.
 //! Tokenizing is timed apart, once per case.
@@ -67,6 +68,8 @@ fn main() {
         std::process::exit(2);
     };
     let secs: f64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(3.0);
+    let only_threads: Option<usize> = args.next().and_then(|s| s.parse().ok());
+    let only_batch: Option<usize> = args.next().and_then(|s| s.parse().ok());
     println!(
         "{:>7} {:>5} {:>7} {:>9} {:>9} {:>10} {:>10} {:>8} {:>9}",
         "threads",
@@ -80,6 +83,9 @@ fn main() {
         "tok ms"
     );
     for threads in [1, 2] {
+        if only_threads.is_some_and(|t| t != threads) {
+            continue;
+        }
         let model = Model::load(
             dir.as_ref(),
             LoadOptions {
@@ -92,6 +98,9 @@ fn main() {
             std::process::exit(78)
         });
         for n in [1usize, 32] {
+            if only_batch.is_some_and(|b| b != n) {
+                continue;
+            }
             let texts = &SENTENCES[..n];
             let t = Instant::now();
             let batch = model.tokenize(texts, true).expect("tokenize");
