@@ -1,0 +1,344 @@
+//! The folder's JSON files: `config.json` (the encoder's shape),
+//! `modules.json` (the sentence-transformers pipeline), the pooling module's
+//! `config.json` and `sentence_bert_config.json` (max_seq_length).
+
+use super::error::{FIX_REEXPORT, ModelError};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// How token vectors become one sentence vector (the pooling module's
+/// `config.json`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pooling {
+    /// The mean of all token vectors (`pooling_mode_mean_tokens`).
+    Mean,
+    /// The first token's vector, `[CLS]` (`pooling_mode_cls_token`).
+    Cls,
+    /// The element-wise maximum over tokens (`pooling_mode_max_tokens`).
+    Max,
+    /// The sum of token vectors divided by sqrt(token count)
+    /// (`pooling_mode_mean_sqrt_len_tokens`).
+    MeanSqrtLen,
+    /// The last token's vector (`pooling_mode_lasttoken`).
+    LastToken,
+}
+
+impl Pooling {
+    /// The name sentence-transformers gives the mode (`mean`, `cls`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Pooling::Mean => "mean",
+            Pooling::Cls => "cls",
+            Pooling::Max => "max",
+            Pooling::MeanSqrtLen => "mean_sqrt_len_tokens",
+            Pooling::LastToken => "lasttoken",
+        }
+    }
+}
+
+/// The activation of the feed-forward block (`hidden_act`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Activation {
+    /// `gelu`: x * Phi(x) with the exact erf, as BERT uses.
+    GeluErf,
+    /// `gelu_new` / `gelu_pytorch_tanh`: the tanh approximation.
+    GeluTanh,
+    /// `relu`.
+    Relu,
+}
+
+/// What `config.json` says of the encoder.
+#[derive(Debug, Clone)]
+pub(crate) struct BertConfig {
+    pub hidden: usize,
+    pub layers: usize,
+    pub heads: usize,
+    pub intermediate: usize,
+    pub vocab: usize,
+    pub max_position: usize,
+    pub type_vocab: usize,
+    pub eps: f32,
+    pub activation: Activation,
+    pub name_or_path: Option<String>,
+}
+
+/// What the sentence-transformers files say.
+#[derive(Debug, Clone)]
+pub(crate) struct PipelineConfig {
+    pub pooling: Pooling,
+    pub pooling_dim: Option<usize>,
+    pub pooling_file: PathBuf,
+    pub normalize: bool,
+    pub max_seq_length: Option<usize>,
+}
+
+pub(crate) fn read_json(path: &Path) -> Result<Value, ModelError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(ModelError::new(
+                path,
+                "file is missing",
+                "point MODEL_DIR at a sentence-transformers folder (config.json, \
+                 model.safetensors, tokenizer.json, modules.json, 1_Pooling/config.json, \
+                 sentence_bert_config.json)",
+            ));
+        }
+        Err(e) => {
+            return Err(ModelError::new(
+                path,
+                format!("cannot be read: {e}"),
+                "make the file readable by the server's user",
+            ));
+        }
+    };
+    serde_json::from_str(&text).map_err(|e| {
+        ModelError::new(
+            path,
+            format!("is not valid JSON: {e}"),
+            "restore the file from the model's original folder",
+        )
+    })
+}
+
+fn field_usize(v: &Value, key: &str, file: &Path) -> Result<usize, ModelError> {
+    match v.get(key) {
+        Some(x) => x
+            .as_u64()
+            .filter(|&n| n > 0 && n <= 1 << 24)
+            .map(|n| n as usize)
+            .ok_or_else(|| {
+                ModelError::new(
+                    file,
+                    format!("\"{key}\" is {x}, not a positive integer of sane size"),
+                    FIX_REEXPORT,
+                )
+            }),
+        None => Err(ModelError::new(
+            file,
+            format!("\"{key}\" is missing"),
+            FIX_REEXPORT,
+        )),
+    }
+}
+
+pub(crate) fn bert_config(dir: &Path) -> Result<BertConfig, ModelError> {
+    let file = dir.join("config.json");
+    let v = read_json(&file)?;
+    let model_type = v.get("model_type").and_then(Value::as_str).unwrap_or("");
+    if model_type != "bert" {
+        return Err(ModelError::new(
+            &file,
+            format!(
+                "model_type is \"{model_type}\"; this server runs BERT-family encoders \
+                 (model_type \"bert\") only"
+            ),
+            "use a BERT sentence-transformers model such as all-MiniLM-L6-v2",
+        ));
+    }
+    if let Some(pe) = v.get("position_embedding_type").and_then(Value::as_str)
+        && pe != "absolute"
+    {
+        return Err(ModelError::new(
+            &file,
+            format!("position_embedding_type is \"{pe}\"; only \"absolute\" is supported"),
+            "use a BERT model with absolute position embeddings",
+        ));
+    }
+    let act = v
+        .get("hidden_act")
+        .and_then(Value::as_str)
+        .unwrap_or("gelu");
+    let activation = match act {
+        "gelu" => Activation::GeluErf,
+        "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Activation::GeluTanh,
+        "relu" => Activation::Relu,
+        other => {
+            return Err(ModelError::new(
+                &file,
+                format!("hidden_act \"{other}\" is not supported (gelu, gelu_new, relu are)"),
+                "use a BERT model with a gelu or relu feed-forward",
+            ));
+        }
+    };
+    let hidden = field_usize(&v, "hidden_size", &file)?;
+    let heads = field_usize(&v, "num_attention_heads", &file)?;
+    if hidden % heads != 0 {
+        return Err(ModelError::new(
+            &file,
+            format!("hidden_size {hidden} is not a multiple of num_attention_heads {heads}"),
+            FIX_REEXPORT,
+        ));
+    }
+    let eps = match v.get("layer_norm_eps") {
+        None => 1e-12,
+        Some(x) => match x.as_f64() {
+            Some(e) if e > 0.0 && e < 1.0 => e as f32,
+            _ => {
+                return Err(ModelError::new(
+                    &file,
+                    format!("layer_norm_eps is {x}, not a small positive number"),
+                    FIX_REEXPORT,
+                ));
+            }
+        },
+    };
+    Ok(BertConfig {
+        hidden,
+        layers: field_usize(&v, "num_hidden_layers", &file)?,
+        heads,
+        intermediate: field_usize(&v, "intermediate_size", &file)?,
+        vocab: field_usize(&v, "vocab_size", &file)?,
+        max_position: field_usize(&v, "max_position_embeddings", &file)?,
+        type_vocab: match v.get("type_vocab_size") {
+            None => 2,
+            Some(_) => field_usize(&v, "type_vocab_size", &file)?,
+        },
+        eps,
+        activation,
+        name_or_path: v
+            .get("_name_or_path")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned),
+    })
+}
+
+fn flag(v: &Value, key: &str) -> bool {
+    v.get(key).and_then(Value::as_bool).unwrap_or(false)
+}
+
+pub(crate) fn pipeline_config(dir: &Path) -> Result<PipelineConfig, ModelError> {
+    let file = dir.join("modules.json");
+    let v = read_json(&file)?;
+    let Some(modules) = v.as_array() else {
+        return Err(ModelError::new(
+            &file,
+            "is not a JSON array of modules",
+            FIX_REEXPORT,
+        ));
+    };
+    let mut pooling_path = None;
+    let mut normalize = false;
+    for (i, m) in modules.iter().enumerate() {
+        let ty = m.get("type").and_then(Value::as_str).unwrap_or("");
+        let kind = ty.rsplit('.').next().unwrap_or("");
+        let path = m.get("path").and_then(Value::as_str).unwrap_or("");
+        match kind {
+            "Transformer" if i == 0 && path.is_empty() => {}
+            "Transformer" if i == 0 => {
+                return Err(ModelError::new(
+                    &file,
+                    format!(
+                        "the Transformer module lives in \"{path}\"; only one at the \
+                         folder's root is supported"
+                    ),
+                    FIX_REEXPORT,
+                ));
+            }
+            "Pooling" if pooling_path.is_none() => pooling_path = Some(path.to_owned()),
+            "Normalize" => normalize = true,
+            _ => {
+                return Err(ModelError::new(
+                    &file,
+                    format!(
+                        "module {i} is \"{ty}\"; only Transformer (first), Pooling and \
+                         Normalize are supported"
+                    ),
+                    "use a model whose pipeline is Transformer, Pooling and optionally Normalize",
+                ));
+            }
+        }
+    }
+    if modules
+        .first()
+        .and_then(|m| m.get("type"))
+        .and_then(Value::as_str)
+        .is_none_or(|t| !t.ends_with("Transformer"))
+    {
+        return Err(ModelError::new(
+            &file,
+            "the first module is not a Transformer",
+            FIX_REEXPORT,
+        ));
+    }
+    let Some(pooling_path) = pooling_path else {
+        return Err(ModelError::new(
+            &file,
+            "has no Pooling module",
+            "add the Pooling module sentence-transformers saved with the model",
+        ));
+    };
+    if pooling_path.is_empty()
+        || Path::new(&pooling_path)
+            .components()
+            .any(|c| !matches!(c, std::path::Component::Normal(_)))
+    {
+        return Err(ModelError::new(
+            &file,
+            format!(
+                "the Pooling module's path \"{pooling_path}\" is not a folder inside MODEL_DIR"
+            ),
+            FIX_REEXPORT,
+        ));
+    }
+    let pooling_file = dir.join(&pooling_path).join("config.json");
+    let p = read_json(&pooling_file)?;
+    let modes = [
+        ("pooling_mode_mean_tokens", Pooling::Mean),
+        ("pooling_mode_cls_token", Pooling::Cls),
+        ("pooling_mode_max_tokens", Pooling::Max),
+        ("pooling_mode_mean_sqrt_len_tokens", Pooling::MeanSqrtLen),
+        ("pooling_mode_lasttoken", Pooling::LastToken),
+    ];
+    let on: Vec<Pooling> = modes
+        .iter()
+        .filter(|(k, _)| flag(&p, k))
+        .map(|&(_, m)| m)
+        .collect();
+    if flag(&p, "pooling_mode_weightedmean_tokens") {
+        return Err(ModelError::new(
+            &pooling_file,
+            "weighted-mean pooling is not supported",
+            "use a model with mean, cls, max or lasttoken pooling",
+        ));
+    }
+    let pooling = match on.as_slice() {
+        [one] => *one,
+        [] => {
+            return Err(ModelError::new(
+                &pooling_file,
+                "no pooling_mode_* is true",
+                "set exactly one pooling mode, as sentence-transformers saved it",
+            ));
+        }
+        _ => {
+            return Err(ModelError::new(
+                &pooling_file,
+                "more than one pooling_mode_* is true (concatenated poolings)",
+                "use a model with exactly one pooling mode",
+            ));
+        }
+    };
+    let pooling_dim = match p.get("word_embedding_dimension") {
+        None => None,
+        Some(_) => Some(field_usize(&p, "word_embedding_dimension", &pooling_file)?),
+    };
+    let sbert = dir.join("sentence_bert_config.json");
+    let max_seq_length = if sbert.exists() {
+        let s = read_json(&sbert)?;
+        match s.get("max_seq_length") {
+            None | Some(Value::Null) => None,
+            Some(_) => Some(field_usize(&s, "max_seq_length", &sbert)?),
+        }
+    } else {
+        None
+    };
+    Ok(PipelineConfig {
+        pooling,
+        pooling_dim,
+        pooling_file,
+        normalize,
+        max_seq_length,
+    })
+}

@@ -1,0 +1,313 @@
+//! The BERT encoder's forward pass over a packed batch.
+//!
+//! The batch's sequences are concatenated: every dense layer (query, key and
+//! value as one product, attention output, feed-forward, layer norms, GELU)
+//! runs once over all M real tokens of the batch, and only attention runs
+//! per sequence, over that sequence's own tokens. Nothing is padded, so no
+//! attention mask is needed.
+
+use super::config::{Activation, BertConfig};
+use super::error::ModelError;
+use super::kernels::{self, Isa};
+use super::matmul::{Linear, matmul, matmul_strided};
+use super::weights::SafeTensors;
+
+pub(crate) struct LayerNorm {
+    g: Vec<f32>,
+    b: Vec<f32>,
+}
+
+struct Layer {
+    /// Query, key and value as one `[hidden, 3 * hidden]` product.
+    qkv: Linear,
+    attn_out: Linear,
+    ln_attn: LayerNorm,
+    ffn_in: Linear,
+    ffn_out: Linear,
+    ln_ffn: LayerNorm,
+}
+
+pub(crate) struct Encoder {
+    word: Vec<f32>,
+    pos: Vec<f32>,
+    /// Token type 0's embedding (single-sentence inputs use no other).
+    ty0: Vec<f32>,
+    ln_emb: LayerNorm,
+    layers: Vec<Layer>,
+    hidden: usize,
+    heads: usize,
+    intermediate: usize,
+    vocab: usize,
+    max_len: usize,
+    eps: f32,
+    activation: Activation,
+    isa: Isa,
+}
+
+/// Sequences up to this long take the row-by-row attention kernel; longer
+/// ones two gemm products per head.
+const SMALL_ATTENTION: usize = 48;
+
+impl Encoder {
+    pub(crate) fn load(
+        st: &SafeTensors,
+        cfg: &BertConfig,
+        max_len: usize,
+        isa: Isa,
+    ) -> Result<Encoder, ModelError> {
+        let (h, i) = (cfg.hidden, cfg.intermediate);
+        let ln = |name: &str| -> Result<LayerNorm, ModelError> {
+            Ok(LayerNorm {
+                g: st.get(&format!("{name}.weight"), &[h])?,
+                b: st.get(&format!("{name}.bias"), &[h])?,
+            })
+        };
+        let dense = |name: &str, n: usize, k: usize| -> Result<(Vec<f32>, Vec<f32>), ModelError> {
+            Ok((
+                st.get(&format!("{name}.weight"), &[n, k])?,
+                st.get(&format!("{name}.bias"), &[n])?,
+            ))
+        };
+        let types = st.get(
+            "embeddings.token_type_embeddings.weight",
+            &[cfg.type_vocab, h],
+        )?;
+        let mut layers = Vec::with_capacity(cfg.layers);
+        for l in 0..cfg.layers {
+            let p = format!("encoder.layer.{l}");
+            let q = dense(&format!("{p}.attention.self.query"), h, h)?;
+            let k = dense(&format!("{p}.attention.self.key"), h, h)?;
+            let v = dense(&format!("{p}.attention.self.value"), h, h)?;
+            let o = dense(&format!("{p}.attention.output.dense"), h, h)?;
+            let f1 = dense(&format!("{p}.intermediate.dense"), i, h)?;
+            let f2 = dense(&format!("{p}.output.dense"), h, i)?;
+            layers.push(Layer {
+                qkv: Linear::from_out_in(&[(&q.0, &q.1), (&k.0, &k.1), (&v.0, &v.1)], h),
+                attn_out: Linear::from_out_in(&[(&o.0, &o.1)], h),
+                ln_attn: ln(&format!("{p}.attention.output.LayerNorm"))?,
+                ffn_in: Linear::from_out_in(&[(&f1.0, &f1.1)], h),
+                ffn_out: Linear::from_out_in(&[(&f2.0, &f2.1)], i),
+                ln_ffn: ln(&format!("{p}.output.LayerNorm"))?,
+            });
+        }
+        Ok(Encoder {
+            word: st.get("embeddings.word_embeddings.weight", &[cfg.vocab, h])?,
+            pos: st.get(
+                "embeddings.position_embeddings.weight",
+                &[cfg.max_position, h],
+            )?,
+            ty0: types[..h].to_vec(),
+            ln_emb: ln("embeddings.LayerNorm")?,
+            layers,
+            hidden: h,
+            heads: cfg.heads,
+            intermediate: i,
+            vocab: cfg.vocab,
+            max_len,
+            eps: cfg.eps,
+            activation: cfg.activation,
+            isa,
+        })
+    }
+
+    /// Bytes of f32 weights held.
+    pub(crate) fn weight_bytes(&self) -> usize {
+        let lns = (2 * self.layers.len() + 1) * 2 * self.hidden * 4;
+        let dense: usize = self
+            .layers
+            .iter()
+            .map(|l| l.qkv.bytes() + l.attn_out.bytes() + l.ffn_in.bytes() + l.ffn_out.bytes())
+            .sum();
+        (self.word.len() + self.pos.len() + self.ty0.len()) * 4 + lns + dense
+    }
+
+    /// Multiply-adds x2 of the dense layers for `m` tokens (for GFLOP/s).
+    pub(crate) fn dense_flops(&self, m: usize) -> f64 {
+        let (h, i) = (self.hidden as f64, self.intermediate as f64);
+        2.0 * m as f64 * self.layers.len() as f64 * (4.0 * h * h + 2.0 * h * i)
+    }
+
+    /// The last hidden state of every token of every sequence, packed:
+    /// `sum(lens) x hidden` rows, sequence after sequence. Sequences longer
+    /// than max_len are cut to it; ids outside the vocabulary read as 0.
+    pub(crate) fn forward(&self, seqs: &[&[u32]], threads: usize) -> Vec<f32> {
+        let isa = self.isa;
+        let h = self.hidden;
+        let seqs: Vec<&[u32]> = seqs
+            .iter()
+            .map(|s| &s[..s.len().min(self.max_len)])
+            .collect();
+        let m: usize = seqs.iter().map(|s| s.len()).sum();
+        let mut x = vec![0f32; m * h];
+        let mut row = 0;
+        for s in &seqs {
+            for (p, &id) in s.iter().enumerate() {
+                let id = if (id as usize) < self.vocab {
+                    id as usize
+                } else {
+                    0
+                };
+                kernels::embed_layer_norm(
+                    isa,
+                    &mut x[row * h..(row + 1) * h],
+                    &self.word[id * h..(id + 1) * h],
+                    &self.pos[p * h..(p + 1) * h],
+                    &self.ty0,
+                    &self.ln_emb.g,
+                    &self.ln_emb.b,
+                    self.eps,
+                );
+                row += 1;
+            }
+        }
+        let mut qkv = vec![0f32; m * 3 * h];
+        let mut ctx = vec![0f32; m * h];
+        let mut tmp = vec![0f32; m * h];
+        let mut inter = vec![0f32; m * self.intermediate];
+        for layer in &self.layers {
+            matmul(&x, m, &layer.qkv, &mut qkv, threads);
+            kernels::add_bias(isa, &mut qkv, &layer.qkv.b);
+            self.attention(&qkv, &seqs, &mut ctx, threads);
+            matmul(&ctx, m, &layer.attn_out, &mut tmp, threads);
+            kernels::residual_layer_norm(
+                isa,
+                &mut x,
+                &tmp,
+                &layer.attn_out.b,
+                &layer.ln_attn.g,
+                &layer.ln_attn.b,
+                self.eps,
+            );
+            matmul(&x, m, &layer.ffn_in, &mut inter, threads);
+            match self.activation {
+                Activation::GeluErf => kernels::bias_gelu_erf(isa, &mut inter, &layer.ffn_in.b),
+                Activation::GeluTanh => kernels::bias_gelu_tanh(isa, &mut inter, &layer.ffn_in.b),
+                Activation::Relu => kernels::bias_relu(isa, &mut inter, &layer.ffn_in.b),
+            }
+            matmul(&inter, m, &layer.ffn_out, &mut tmp, threads);
+            kernels::residual_layer_norm(
+                isa,
+                &mut x,
+                &tmp,
+                &layer.ffn_out.b,
+                &layer.ln_ffn.g,
+                &layer.ln_ffn.b,
+                self.eps,
+            );
+        }
+        x
+    }
+
+    /// Multi-head self-attention of every sequence over its own tokens:
+    /// ctx (m x hidden) from qkv (m x 3 hidden).
+    fn attention(&self, qkv: &[f32], seqs: &[&[u32]], ctx: &mut [f32], threads: usize) {
+        let h = self.hidden;
+        let heads = self.heads;
+        let dh = h / heads;
+        // Every (sequence, head) writes its own contiguous block of a
+        // head-major buffer: [sequence][head][token][dh].
+        let mut blocks = vec![0f32; ctx.len()];
+        let mut tasks: Vec<(usize, usize, usize, &mut [f32])> =
+            Vec::with_capacity(seqs.len() * heads);
+        let mut rest: &mut [f32] = &mut blocks;
+        let mut start = 0;
+        for s in seqs {
+            let len = s.len();
+            for head in 0..heads {
+                let (b, r) = rest.split_at_mut(len * dh);
+                rest = r;
+                tasks.push((start, len, head, b));
+            }
+            start += len;
+        }
+        let run = |(start, len, head, out): (usize, usize, usize, &mut [f32])| {
+            self.attention_one(&qkv[start * 3 * h..(start + len) * 3 * h], len, head, out);
+        };
+        if threads > 1 && tasks.len() > 1 {
+            use rayon::prelude::*;
+            tasks.into_par_iter().with_min_len(1).for_each(run);
+        } else {
+            tasks.into_iter().for_each(run);
+        }
+        // Back to token-major [token][head * dh].
+        let mut off = 0;
+        let mut start = 0;
+        for s in seqs {
+            let len = s.len();
+            for head in 0..heads {
+                for t in 0..len {
+                    let dst = (start + t) * h + head * dh;
+                    ctx[dst..dst + dh].copy_from_slice(&blocks[off + t * dh..off + (t + 1) * dh]);
+                }
+                off += len * dh;
+            }
+            start += len;
+        }
+    }
+
+    /// One sequence (its qkv rows) and one head into out (len x dh).
+    fn attention_one(&self, qkv: &[f32], len: usize, head: usize, out: &mut [f32]) {
+        let h = self.hidden;
+        let dh = h / self.heads;
+        let stride = 3 * h;
+        let (q, k, v) = (head * dh, h + head * dh, 2 * h + head * dh);
+        let scale = 1.0 / (dh as f32).sqrt();
+        if len == 0 {
+            return;
+        }
+        if len <= SMALL_ATTENTION {
+            let mut scores = [0f32; SMALL_ATTENTION];
+            kernels::attention_head(
+                self.isa,
+                qkv,
+                stride,
+                len,
+                q,
+                k,
+                v,
+                dh,
+                scale,
+                &mut scores,
+                out,
+            );
+            return;
+        }
+        let mut scores = vec![0f32; len * len];
+        // SAFETY: qkv holds len rows of stride floats, so query and key rows
+        // at offsets q and k (each dh wide, q + dh <= stride) are in bounds;
+        // scores is len x len.
+        unsafe {
+            matmul_strided(
+                len,
+                len,
+                dh,
+                qkv.as_ptr().add(q),
+                stride,
+                1,
+                qkv.as_ptr().add(k),
+                1,
+                stride,
+                scores.as_mut_ptr(),
+                len,
+            )
+        };
+        kernels::softmax_rows(self.isa, &mut scores, len, scale);
+        // SAFETY: scores is len x len, the value rows at offset v are in
+        // bounds as above, out is len x dh and ours alone.
+        unsafe {
+            matmul_strided(
+                len,
+                dh,
+                len,
+                scores.as_ptr(),
+                len,
+                1,
+                qkv.as_ptr().add(v),
+                stride,
+                1,
+                out.as_mut_ptr(),
+                dh,
+            )
+        };
+    }
+}

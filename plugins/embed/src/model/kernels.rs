@@ -1,0 +1,573 @@
+//! The element-wise and row-wise work around the matrix products: bias adds,
+//! GELU, residual + layer norm, softmax, and the small attention of one
+//! sequence and one head.
+//!
+//! Each kernel is written once as plain Rust over fixed 16-lane chunks that
+//! LLVM vectorises, and compiled three times: for AVX-512F, for AVX2+FMA and
+//! without either (the scalar fallback). [`Isa::detect`] picks one at run
+//! time with `is_x86_feature_detected!`; nothing is built for the build
+//! machine's CPU.
+
+/// The instruction set the kernels run with, detected once at load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Isa {
+    /// AVX-512F (and AVX2, FMA).
+    Avx512,
+    /// AVX2 and FMA.
+    Avx2,
+    /// Neither: portable code.
+    Scalar,
+}
+
+impl Isa {
+    /// The best this CPU runs.
+    pub(crate) fn detect() -> Isa {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+            if avx2 && is_x86_feature_detected!("avx512f") {
+                return Isa::Avx512;
+            }
+            if avx2 {
+                return Isa::Avx2;
+            }
+        }
+        Isa::Scalar
+    }
+
+    /// Every instruction set this CPU can run (for tests).
+    #[cfg(test)]
+    pub(crate) fn all_supported() -> Vec<Isa> {
+        match Isa::detect() {
+            Isa::Avx512 => vec![Isa::Avx512, Isa::Avx2, Isa::Scalar],
+            Isa::Avx2 => vec![Isa::Avx2, Isa::Scalar],
+            Isa::Scalar => vec![Isa::Scalar],
+        }
+    }
+}
+
+/// Defines `pub(crate) fn $name(isa: Isa, args...)` that runs `$body`
+/// compiled for the instruction set `isa` names.
+macro_rules! kernel {
+    ($(#[$meta:meta])* fn $name:ident($($arg:ident : $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
+        $(#[$meta])*
+        #[allow(clippy::too_many_arguments)]
+        pub(crate) fn $name(isa: Isa, $($arg: $ty),*) $(-> $ret)? {
+            #[inline(always)]
+            #[allow(clippy::too_many_arguments)]
+            fn imp($($arg: $ty),*) $(-> $ret)? $body
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx512f,avx2,fma")]
+            #[allow(clippy::too_many_arguments)]
+            fn avx512($($arg: $ty),*) $(-> $ret)? {
+                imp($($arg),*)
+            }
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx2,fma")]
+            #[allow(clippy::too_many_arguments)]
+            fn avx2($($arg: $ty),*) $(-> $ret)? {
+                imp($($arg),*)
+            }
+            match isa {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: Isa::Avx512 is only made by Isa::detect, after
+                // is_x86_feature_detected! found avx512f, avx2 and fma.
+                Isa::Avx512 => unsafe { avx512($($arg),*) },
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: Isa::Avx2 is only made by Isa::detect, after
+                // is_x86_feature_detected! found avx2 and fma.
+                Isa::Avx2 => unsafe { avx2($($arg),*) },
+                _ => imp($($arg),*),
+            }
+        }
+    };
+}
+
+const LANES: usize = 16;
+
+/// Sum of a slice, 16 lanes at a time.
+#[inline(always)]
+fn sum(x: &[f32]) -> f32 {
+    let mut acc = [0f32; LANES];
+    let mut it = x.chunks_exact(LANES);
+    for c in &mut it {
+        for i in 0..LANES {
+            acc[i] += c[i];
+        }
+    }
+    let mut s = 0.0;
+    for v in it.remainder() {
+        s += v;
+    }
+    hsum(acc) + s
+}
+
+#[inline(always)]
+fn hsum(acc: [f32; LANES]) -> f32 {
+    let mut a = acc;
+    let mut w = LANES / 2;
+    while w > 0 {
+        for i in 0..w {
+            a[i] += a[i + w];
+        }
+        w /= 2;
+    }
+    a[0]
+}
+
+/// Dot product of two equal-length slices.
+#[inline(always)]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut acc = [0f32; LANES];
+    let mut ia = a.chunks_exact(LANES);
+    let mut ib = b.chunks_exact(LANES);
+    for (x, y) in (&mut ia).zip(&mut ib) {
+        for i in 0..LANES {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let mut s = 0.0;
+    for (x, y) in ia.remainder().iter().zip(ib.remainder()) {
+        s += x * y;
+    }
+    hsum(acc) + s
+}
+
+/// y += a * x
+#[inline(always)]
+fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
+    for (y, x) in y.iter_mut().zip(x) {
+        *y += a * x;
+    }
+}
+
+/// e^x to ~2 ulp over the range that matters (clamped to about ±87, where
+/// f32 under- or overflows). Branch-free, so loops over it vectorise.
+#[inline(always)]
+pub(crate) fn exp(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    // ln 2 split in two so n * LN2_HI is exact for |n| < 2^9.
+    const LN2_HI: f32 = 0.693_145_75;
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    // 1.5 * 2^23: adding it rounds to an integer held in the low mantissa.
+    const MAGIC: f32 = 12_582_912.0;
+    let x = x.clamp(-87.0, 88.0);
+    let t = x * LOG2E + MAGIC;
+    let n = t - MAGIC;
+    let r = x - n * LN2_HI - n * LN2_LO;
+    // e^r on |r| <= ln2/2: Taylor to r^6 (error < 2e-7 relative).
+    let p = 1.0 / 720.0;
+    let p = p * r + 1.0 / 120.0;
+    let p = p * r + 1.0 / 24.0;
+    let p = p * r + 1.0 / 6.0;
+    let p = p * r + 0.5;
+    let p = p * r + 1.0;
+    let p = p * r + 1.0;
+    let ni = t.to_bits().wrapping_sub(MAGIC.to_bits());
+    let scale = f32::from_bits(ni.wrapping_add(127) << 23);
+    p * scale
+}
+
+/// erf(x), |error| < 5e-7 (relative 1e-6 near 0): its Taylor series below
+/// |x| = 0.5, Abramowitz & Stegun 7.1.26 (with [`exp`]) above. Both are
+/// computed and one selected, so loops over it stay branch-free.
+#[inline(always)]
+pub(crate) fn erf(x: f32) -> f32 {
+    let a = x.abs();
+    let t = 1.0 / (1.0 + 0.327_591_1 * a);
+    let p = 1.061_405_4;
+    let p = p * t - 1.453_152_1;
+    let p = p * t + 1.421_413_8;
+    let p = p * t - 0.284_496_74;
+    let p = p * t + 0.254_829_6;
+    let far = 1.0 - p * t * exp(-a * a);
+    // 2/sqrt(pi) * sum (-1)^n a^(2n+1) / (n! (2n+1)), n = 0..6.
+    let z = a * a;
+    let s = -1.0 / 9360.0;
+    let s = s * z + 1.0 / 1320.0;
+    let s = s * z - 1.0 / 216.0;
+    let s = s * z + 1.0 / 42.0;
+    let s = s * z - 1.0 / 10.0;
+    let s = s * z + 1.0 / 3.0;
+    let s = s * z - 1.0;
+    let near = -(s * a) * std::f32::consts::FRAC_2_SQRT_PI;
+    let y = if a < 0.5 { near } else { far };
+    y.copysign(x)
+}
+
+#[inline(always)]
+fn gelu_erf(x: f32) -> f32 {
+    0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
+}
+
+#[inline(always)]
+fn gelu_tanh(x: f32) -> f32 {
+    // tanh(u) = 1 - 2 / (e^(2u) + 1)
+    let u = 0.797_884_6 * (x + 0.044_715 * x * x * x);
+    let th = 1.0 - 2.0 / (exp(2.0 * u) + 1.0);
+    0.5 * x * (1.0 + th)
+}
+
+kernel! {
+    /// Every row of `y` (rows of `b.len()`) += `b`.
+    fn add_bias(y: &mut [f32], b: &[f32]) {
+        let n = b.len();
+        for row in y.chunks_exact_mut(n) {
+            for (v, b) in row.iter_mut().zip(b) {
+                *v += b;
+            }
+        }
+    }
+}
+
+kernel! {
+    /// y = gelu(y + b) per row, GELU in its exact erf form.
+    fn bias_gelu_erf(y: &mut [f32], b: &[f32]) {
+        let n = b.len();
+        for row in y.chunks_exact_mut(n) {
+            for (v, b) in row.iter_mut().zip(b) {
+                *v = gelu_erf(*v + b);
+            }
+        }
+    }
+}
+
+kernel! {
+    /// y = gelu(y + b) per row, GELU in its tanh form.
+    fn bias_gelu_tanh(y: &mut [f32], b: &[f32]) {
+        let n = b.len();
+        for row in y.chunks_exact_mut(n) {
+            for (v, b) in row.iter_mut().zip(b) {
+                *v = gelu_tanh(*v + b);
+            }
+        }
+    }
+}
+
+kernel! {
+    /// y = max(y + b, 0) per row.
+    fn bias_relu(y: &mut [f32], b: &[f32]) {
+        let n = b.len();
+        for row in y.chunks_exact_mut(n) {
+            for (v, b) in row.iter_mut().zip(b) {
+                *v = (*v + b).max(0.0);
+            }
+        }
+    }
+}
+
+/// One row: x = layer_norm(x) * g + beta.
+#[inline(always)]
+fn layer_norm_row(x: &mut [f32], g: &[f32], beta: &[f32], eps: f32) {
+    let n = x.len() as f32;
+    let mean = sum(x) / n;
+    let mut acc = [0f32; LANES];
+    let mut it = x.chunks_exact(LANES);
+    for c in &mut it {
+        for i in 0..LANES {
+            let d = c[i] - mean;
+            acc[i] += d * d;
+        }
+    }
+    let mut tail = 0.0;
+    for v in it.remainder() {
+        tail += (v - mean) * (v - mean);
+    }
+    let var = (hsum(acc) + tail) / n;
+    let inv = 1.0 / (var + eps).sqrt();
+    for ((v, g), b) in x.iter_mut().zip(g).zip(beta) {
+        *v = (*v - mean) * inv * g + b;
+    }
+}
+
+kernel! {
+    /// Per row of `x` (rows of `g.len()`): x = layer_norm(x + y + b) * g + beta,
+    /// the residual, the dense layer's bias and the norm in one pass.
+    fn residual_layer_norm(x: &mut [f32], y: &[f32], b: &[f32], g: &[f32], beta: &[f32], eps: f32) {
+        let n = g.len();
+        for (xr, yr) in x.chunks_exact_mut(n).zip(y.chunks_exact(n)) {
+            for ((v, y), b) in xr.iter_mut().zip(yr).zip(b) {
+                *v += y + b;
+            }
+            layer_norm_row(xr, g, beta, eps);
+        }
+    }
+}
+
+kernel! {
+    /// The embeddings of one token: out = layer_norm(word + pos + ty) * g + beta.
+    fn embed_layer_norm(out: &mut [f32], word: &[f32], pos: &[f32], ty: &[f32], g: &[f32], beta: &[f32], eps: f32) {
+        for (((o, w), p), t) in out.iter_mut().zip(word).zip(pos).zip(ty) {
+            *o = w + p + t;
+        }
+        layer_norm_row(out, g, beta, eps);
+    }
+}
+
+/// In place: s = softmax(s).
+#[inline(always)]
+fn softmax_row(s: &mut [f32]) {
+    let mut m = f32::NEG_INFINITY;
+    for v in s.iter() {
+        m = m.max(*v);
+    }
+    let mut acc = 0.0;
+    for v in s.iter_mut() {
+        *v = exp(*v - m);
+        acc += *v;
+    }
+    let inv = 1.0 / acc;
+    for v in s.iter_mut() {
+        *v *= inv;
+    }
+}
+
+kernel! {
+    /// Softmax of every row (rows of `n`) of `s`, after scaling it by `scale`.
+    fn softmax_rows(s: &mut [f32], n: usize, scale: f32) {
+        for row in s.chunks_exact_mut(n) {
+            for v in row.iter_mut() {
+                *v *= scale;
+            }
+            softmax_row(row);
+        }
+    }
+}
+
+kernel! {
+    /// Self-attention of one sequence and one head, for short sequences
+    /// (the score matrix is `len` x `len`, computed row by row).
+    ///
+    /// `qkv` holds the sequence's rows (`len` of them, `stride` apart) with
+    /// this head's query, key and value at columns `q`, `k` and `v`, each
+    /// `dh` wide. `out` gets the context, `len` rows of `dh`. `scores` is
+    /// scratch of at least `len`.
+    fn attention_head(qkv: &[f32], stride: usize, len: usize, q: usize, k: usize, v: usize, dh: usize, scale: f32, scores: &mut [f32], out: &mut [f32]) {
+        let scores = &mut scores[..len];
+        for (i, o) in out.chunks_exact_mut(dh).take(len).enumerate() {
+            let qi = &qkv[i * stride + q..i * stride + q + dh];
+            for (j, s) in scores.iter_mut().enumerate() {
+                *s = dot(qi, &qkv[j * stride + k..j * stride + k + dh]) * scale;
+            }
+            softmax_row(scores);
+            o.fill(0.0);
+            for (j, &p) in scores.iter().enumerate() {
+                axpy(o, p, &qkv[j * stride + v..j * stride + v + dh]);
+            }
+        }
+    }
+}
+
+kernel! {
+    /// out[d] = sum over rows of x (rows of `out.len()`).
+    fn sum_rows(out: &mut [f32], x: &[f32]) {
+        out.fill(0.0);
+        for row in x.chunks_exact(out.len()) {
+            for (o, v) in out.iter_mut().zip(row) {
+                *o += v;
+            }
+        }
+    }
+}
+
+kernel! {
+    /// out[d] = max over rows of x (rows of `out.len()`).
+    fn max_rows(out: &mut [f32], x: &[f32]) {
+        out.fill(f32::NEG_INFINITY);
+        for row in x.chunks_exact(out.len()) {
+            for (o, v) in out.iter_mut().zip(row) {
+                *o = o.max(*v);
+            }
+        }
+    }
+}
+
+kernel! {
+    /// x *= a
+    fn scale(x: &mut [f32], a: f32) {
+        for v in x.iter_mut() {
+            *v *= a;
+        }
+    }
+}
+
+kernel! {
+    /// The sum of squares of x.
+    fn sum_squares(x: &[f32]) -> f32 {
+        dot(x, x)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn erf64(x: f64) -> f64 {
+        // Series for small |x|, continued fraction beyond: a reference
+        // independent of the A&S formula under test.
+        if x.abs() < 2.5 {
+            let mut term = x;
+            let mut s = x;
+            for n in 1..200 {
+                term *= -x * x / n as f64;
+                s += term / (2 * n + 1) as f64;
+            }
+            s * 2.0 / std::f64::consts::PI.sqrt()
+        } else {
+            let a = x.abs();
+            let mut f = 0.0;
+            for k in (1..60).rev() {
+                f = (k as f64 / 2.0) / (a + f);
+            }
+            let erfc = (-a * a).exp() / std::f64::consts::PI.sqrt() / (a + f);
+            (1.0 - erfc).copysign(x)
+        }
+    }
+
+    #[test]
+    fn exp_and_erf_are_accurate() {
+        let mut x = -80.0f32;
+        while x < 80.0 {
+            let want = (x as f64).exp();
+            let got = exp(x) as f64;
+            assert!(
+                ((got - want) / want).abs() < 4e-7,
+                "exp({x}) = {got}, want {want}"
+            );
+            x += 0.0137;
+        }
+        let mut worst = 0f64;
+        let mut x = -6.0f32;
+        while x < 6.0 {
+            let want = erf64(x as f64);
+            let got = erf(x) as f64;
+            worst = worst.max((got - want).abs());
+            assert!(
+                (got - want).abs() < 5e-7 && (got - want).abs() < 1e-6 * want.abs().max(0.5),
+                "erf({x}) = {got}, want {want}"
+            );
+            x += 0.001;
+        }
+        eprintln!("erf: worst absolute error {worst:e}");
+        assert!(exp(-1000.0) < 1e-37);
+        assert!(exp(1000.0).is_finite());
+    }
+
+    fn ref_ln(x: &[f32], g: &[f32], b: &[f32], eps: f32) -> Vec<f32> {
+        let n = x.len() as f64;
+        let mean = x.iter().map(|&v| v as f64).sum::<f64>() / n;
+        let var = x.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
+        x.iter()
+            .zip(g)
+            .zip(b)
+            .map(|((&v, &g), &b)| {
+                ((v as f64 - mean) / (var + eps as f64).sqrt() * g as f64 + b as f64) as f32
+            })
+            .collect()
+    }
+
+    fn noise(n: usize, seed: u32) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                (s as f32 / u32::MAX as f32) * 4.0 - 2.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn kernels_agree_with_plain_formulas_on_every_isa() {
+        for isa in Isa::all_supported() {
+            for n in [1usize, 7, 16, 33, 384] {
+                let x0 = noise(3 * n, 1);
+                let y = noise(3 * n, 2);
+                let b = noise(n, 3);
+                let g = noise(n, 4);
+                let beta = noise(n, 5);
+                let mut x = x0.clone();
+                residual_layer_norm(isa, &mut x, &y, &b, &g, &beta, 1e-12);
+                for r in 0..3 {
+                    let t: Vec<f32> = (0..n)
+                        .map(|i| x0[r * n + i] + y[r * n + i] + b[i])
+                        .collect();
+                    let want = ref_ln(&t, &g, &beta, 1e-12);
+                    for i in 0..n {
+                        assert!((x[r * n + i] - want[i]).abs() < 1e-4, "{isa:?} n={n}");
+                    }
+                }
+                let mut gl = x0.clone();
+                bias_gelu_erf(isa, &mut gl, &b);
+                for (i, v) in gl.iter().enumerate() {
+                    let t = (x0[i] + b[i % n]) as f64;
+                    let want = 0.5 * t * (1.0 + erf64(t / 2f64.sqrt()));
+                    assert!((*v as f64 - want).abs() < 1e-6, "{isa:?} gelu({t})");
+                }
+                let mut s = x0.clone();
+                softmax_rows(isa, &mut s, n, 0.5);
+                for r in 0..3 {
+                    let row = &x0[r * n..(r + 1) * n];
+                    let m = row.iter().cloned().fold(f32::MIN, f32::max) as f64;
+                    let z: f64 = row.iter().map(|&v| (0.5 * (v as f64 - m)).exp()).sum();
+                    for i in 0..n {
+                        let want = (0.5 * (row[i] as f64 - m)).exp() / z;
+                        assert!((s[r * n + i] as f64 - want).abs() < 1e-6);
+                    }
+                }
+                let ss = sum_squares(isa, &x0);
+                let want: f32 = x0.iter().map(|v| v * v).sum();
+                assert!((ss - want).abs() < 1e-3 * want.max(1.0));
+            }
+        }
+    }
+
+    #[test]
+    fn attention_head_matches_the_definition() {
+        for isa in Isa::all_supported() {
+            let (len, dh, heads) = (5, 8, 2);
+            let stride = 3 * dh * heads;
+            let qkv = noise(len * stride, 9);
+            for h in 0..heads {
+                let (q, k, v) = (h * dh, heads * dh + h * dh, 2 * heads * dh + h * dh);
+                let mut out = vec![0.0; len * dh];
+                let mut scratch = vec![0.0; len];
+                attention_head(
+                    isa,
+                    &qkv,
+                    stride,
+                    len,
+                    q,
+                    k,
+                    v,
+                    dh,
+                    0.3,
+                    &mut scratch,
+                    &mut out,
+                );
+                for i in 0..len {
+                    let s: Vec<f64> = (0..len)
+                        .map(|j| {
+                            0.3 * (0..dh)
+                                .map(|d| {
+                                    qkv[i * stride + q + d] as f64 * qkv[j * stride + k + d] as f64
+                                })
+                                .sum::<f64>()
+                        })
+                        .collect();
+                    let m = s.iter().cloned().fold(f64::MIN, f64::max);
+                    let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
+                    for d in 0..dh {
+                        let want: f64 = (0..len)
+                            .map(|j| (s[j] - m).exp() / z * qkv[j * stride + v + d] as f64)
+                            .sum();
+                        assert!((out[i * dh + d] as f64 - want).abs() < 1e-5, "{isa:?}");
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,269 @@
+//! A native, pure-Rust f32 forward pass of a BERT-family sentence-transformers
+//! model (all-MiniLM-L6-v2 and its kin).
+//!
+//! ```no_run
+//! use m0_embed::model::{LoadOptions, Model};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let model = Model::load("/models/all-MiniLM-L6-v2".as_ref(), LoadOptions::default())?;
+//! let batch = model.tokenize(&["a sentence", "another one"], true)?;
+//! let vectors = model.embed(&batch, model.info().normalize); // 2 * dim floats
+//! assert_eq!(vectors.len(), 2 * model.info().dim);
+//! # Ok(()) }
+//! ```
+//!
+//! Its files: `config` (the folder's JSON files), `weights` (safetensors),
+//! `tokenize` (the tokenizer), `encoder` (the packed forward pass), `matmul`
+//! (gemm), `kernels` (SIMD element- and row-wise work), `pooling`, `error`.
+
+mod config;
+mod encoder;
+mod error;
+mod kernels;
+mod matmul;
+mod pooling;
+mod tokenize;
+mod weights;
+
+pub use config::Pooling;
+pub use error::ModelError;
+pub use tokenize::{Encoded, TokenizeError, TooLong};
+
+use std::path::Path;
+
+/// How to load a model.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// Compute threads one [`Model::embed`] call uses (split over the dense
+    /// layers' output columns and over attention heads); 1 (the default)
+    /// runs the call on the caller's thread alone. More than 1 starts a
+    /// pool of that many threads owned by the model (shared by concurrent
+    /// calls).
+    pub threads: usize,
+    /// The name [`ModelInfo::name`] reports; `None` (the default) takes the
+    /// folder's name.
+    pub name: Option<String>,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            threads: 1,
+            name: None,
+        }
+    }
+}
+
+/// What a loaded model is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelInfo {
+    /// [`LoadOptions::name`], else the folder's name, else config.json's
+    /// `_name_or_path`.
+    pub name: String,
+    /// Length of an embedding (the hidden size for every pooling supported).
+    pub dim: usize,
+    /// Encoder layers.
+    pub layers: usize,
+    /// Hidden size.
+    pub hidden: usize,
+    /// Attention heads.
+    pub heads: usize,
+    /// Feed-forward inner size.
+    pub intermediate: usize,
+    /// Vocabulary size (config.json's).
+    pub vocab: usize,
+    /// The most tokens an input may have, `[CLS]` and `[SEP]` included:
+    /// min(max_seq_length of sentence_bert_config.json,
+    /// max_position_embeddings); the latter alone if the former is absent.
+    pub max_len: usize,
+    /// How token vectors are pooled.
+    pub pooling: Pooling,
+    /// Whether the pipeline ends in a Normalize module (modules.json): pass
+    /// it to [`Model::embed`] for the model's own behaviour.
+    pub normalize: bool,
+    /// Bytes of weights held in memory.
+    pub weight_bytes: usize,
+    /// The compute type, `"float32"`.
+    pub dtype: &'static str,
+    /// Compute threads per embed call ([`LoadOptions::threads`]).
+    pub threads: usize,
+}
+
+/// A loaded model. `Send + Sync`: [`Model::embed`] and [`Model::tokenize`]
+/// take `&self` and may run on several threads at once.
+pub struct Model {
+    info: ModelInfo,
+    tokenizers: tokenize::Tokenizers,
+    encoder: encoder::Encoder,
+    pool: Option<rayon::ThreadPool>,
+    isa: kernels::Isa,
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model")
+            .field("info", &self.info)
+            .field("isa", &self.isa)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Model {
+    /// Loads a sentence-transformers folder: `config.json`,
+    /// `model.safetensors`, `tokenizer.json`, `modules.json`, the pooling
+    /// module's `config.json` (at the path modules.json gives) and, if
+    /// present, `sentence_bert_config.json`. Nothing is downloaded.
+    ///
+    /// Refuses, naming the file at fault and the fix: a missing file, a
+    /// model_type other than `bert`, a pipeline with modules other than
+    /// Transformer, Pooling and Normalize, tensors whose shapes disagree
+    /// with config.json (names with or without a `bert.` prefix are both
+    /// read), a damaged file.
+    pub fn load(dir: &Path, opts: LoadOptions) -> Result<Model, ModelError> {
+        if !dir.is_dir() {
+            return Err(ModelError::new(
+                dir,
+                "is not a folder",
+                "point MODEL_DIR at a sentence-transformers model folder",
+            ));
+        }
+        let cfg = config::bert_config(dir)?;
+        let pipe = config::pipeline_config(dir)?;
+        let max_len = pipe
+            .max_seq_length
+            .map_or(cfg.max_position, |s| s.min(cfg.max_position));
+        let tokenizers = tokenize::Tokenizers::load(dir, max_len, cfg.vocab)?;
+        let isa = kernels::Isa::detect();
+        let st = weights::SafeTensors::open(dir)?;
+        let encoder = encoder::Encoder::load(&st, &cfg, max_len, isa)?;
+        drop(st);
+        // After the weights: when config.json disagrees with them, the
+        // tensors' shapes tell more than the pooling module does.
+        if let Some(d) = pipe.pooling_dim
+            && d != cfg.hidden
+        {
+            return Err(ModelError::new(
+                &pipe.pooling_file,
+                format!(
+                    "word_embedding_dimension is {d}, config.json's hidden_size is {}",
+                    cfg.hidden
+                ),
+                error::FIX_REEXPORT,
+            ));
+        }
+        let threads = opts.threads.max(1);
+        let pool = if threads > 1 {
+            Some(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .thread_name(|i| format!("m0-embed-{i}"))
+                    .build()
+                    .map_err(|e| {
+                        ModelError::new(
+                            dir,
+                            format!("cannot start {threads} compute threads: {e}"),
+                            "lower the compute threads, or raise the process's thread limit",
+                        )
+                    })?,
+            )
+        } else {
+            None
+        };
+        let folder = std::fs::canonicalize(dir)
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+        let name = opts
+            .name
+            .or(folder)
+            .or(cfg.name_or_path.clone())
+            .unwrap_or_else(|| "model".into());
+        let info = ModelInfo {
+            name,
+            dim: cfg.hidden,
+            layers: cfg.layers,
+            hidden: cfg.hidden,
+            heads: cfg.heads,
+            intermediate: cfg.intermediate,
+            vocab: cfg.vocab,
+            max_len,
+            pooling: pipe.pooling,
+            normalize: pipe.normalize,
+            weight_bytes: encoder.weight_bytes(),
+            dtype: "float32",
+            threads,
+        };
+        Ok(Model {
+            info,
+            tokenizers,
+            encoder,
+            pool,
+            isa,
+        })
+    }
+
+    /// What the model is.
+    pub fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    /// Tokenizes every text with the model's tokenizer, `[CLS]` and `[SEP]`
+    /// added, never padded. With `truncate`, inputs longer than max_len are
+    /// cut to it (as sentence-transformers does); without, the first such
+    /// input fails the batch with [`TokenizeError::TooLong`].
+    pub fn tokenize(&self, texts: &[&str], truncate: bool) -> Result<Vec<Encoded>, TokenizeError> {
+        self.tokenizers.encode(texts, truncate)
+    }
+
+    /// The embeddings of a batch: `batch.len() * info().dim` floats, row
+    /// after row in the batch's order. `normalize` L2-normalises each row
+    /// (pass `info().normalize` for the model's own pipeline). An empty
+    /// input (no tokens) embeds as zeros.
+    ///
+    /// The batch runs as one packed forward pass on
+    /// [`LoadOptions::threads`] threads.
+    pub fn embed(&self, batch: &[Encoded], normalize: bool) -> Vec<f32> {
+        let dim = self.info.dim;
+        let mut out = vec![0f32; batch.len() * dim];
+        if batch.is_empty() {
+            return out;
+        }
+        let seqs: Vec<&[u32]> = batch.iter().map(|e| e.ids()).collect();
+        let threads = self.info.threads;
+        let hidden = match &self.pool {
+            Some(p) => p.install(|| self.encoder.forward(&seqs, threads)),
+            None => self.encoder.forward(&seqs, 1),
+        };
+        let mut row = 0;
+        for (s, o) in seqs.iter().zip(out.chunks_exact_mut(dim)) {
+            let len = s.len().min(self.info.max_len);
+            pooling::pool(
+                self.isa,
+                self.info.pooling,
+                &hidden[row * dim..(row + len) * dim],
+                dim,
+                o,
+            );
+            if normalize {
+                pooling::normalize(self.isa, o);
+            }
+            row += len;
+        }
+        out
+    }
+
+    /// FLOPs of the dense layers for a batch of `tokens` tokens in all (for
+    /// benchmarks: attention, norms and GELU not counted).
+    pub fn dense_flops(&self, tokens: usize) -> f64 {
+        self.encoder.dense_flops(tokens)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<Model>();
+    }
+}

@@ -1,0 +1,188 @@
+//! The model's own `tokenizer.json`, through the `tokenizers` crate, with
+//! its padding removed (sequences are packed, never padded) and its
+//! truncation replaced by the model's max_len.
+
+use super::error::ModelError;
+use std::fmt;
+use std::path::Path;
+use tokenizers::{PostProcessor, Tokenizer, TruncationParams};
+
+/// One tokenized input: its token ids, `[CLS]` and `[SEP]` included.
+///
+/// Made only by [`Model::tokenize`](super::Model::tokenize), so its ids are
+/// in the model's vocabulary and its length within `max_len`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Encoded {
+    ids: Vec<u32>,
+}
+
+impl Encoded {
+    /// The token ids, `[CLS]` and `[SEP]` included.
+    pub fn ids(&self) -> &[u32] {
+        &self.ids
+    }
+
+    /// The number of tokens, `[CLS]` and `[SEP]` included (what usage
+    /// counts report as prompt tokens).
+    pub fn tokens(&self) -> usize {
+        self.ids.len()
+    }
+}
+
+/// An input longer than the model takes, refused because truncation was off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooLong {
+    /// The input's index in the batch.
+    pub index: usize,
+    /// Its length in tokens, `[CLS]` and `[SEP]` included.
+    pub tokens: usize,
+    /// The most the model takes ([`ModelInfo::max_len`](super::ModelInfo::max_len)).
+    pub max: usize,
+}
+
+impl fmt::Display for TooLong {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "input {} is {} tokens long, more than the model's {}",
+            self.index, self.tokens, self.max
+        )
+    }
+}
+
+impl std::error::Error for TooLong {}
+
+/// Why [`Model::tokenize`](super::Model::tokenize) refused a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenizeError {
+    /// An input is longer than max_len and truncation was off (a client's
+    /// error: HTTP 413 or 400).
+    TooLong(TooLong),
+    /// The tokenizer itself failed on input `index` (not seen with WordPiece
+    /// on any UTF-8 text; a server error).
+    Failed {
+        /// The input's index in the batch.
+        index: usize,
+        /// The tokenizer's message.
+        message: String,
+    },
+}
+
+impl fmt::Display for TokenizeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TokenizeError::TooLong(t) => t.fmt(f),
+            TokenizeError::Failed { index, message } => {
+                write!(f, "input {index} could not be tokenized: {message}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for TokenizeError {}
+
+impl From<TooLong> for TokenizeError {
+    fn from(t: TooLong) -> Self {
+        TokenizeError::TooLong(t)
+    }
+}
+
+/// The folder's tokenizer twice: truncating at max_len, and not truncating.
+pub(crate) struct Tokenizers {
+    truncating: Tokenizer,
+    whole: Tokenizer,
+    max_len: usize,
+}
+
+impl Tokenizers {
+    pub(crate) fn load(dir: &Path, max_len: usize, vocab: usize) -> Result<Tokenizers, ModelError> {
+        let file = dir.join("tokenizer.json");
+        if !file.is_file() {
+            return Err(ModelError::new(
+                &file,
+                "file is missing",
+                "put the model's fast-tokenizer file (tokenizer.json) in MODEL_DIR; \
+                 sentence-transformers saves one with the model",
+            ));
+        }
+        let mut whole = Tokenizer::from_file(&file).map_err(|e| {
+            ModelError::new(
+                &file,
+                format!("cannot be read as a tokenizer: {e}"),
+                "restore tokenizer.json from the model's original folder",
+            )
+        })?;
+        let tv = whole.get_vocab_size(true);
+        if tv > vocab {
+            return Err(ModelError::new(
+                &file,
+                format!("has {tv} tokens, more than config.json's vocab_size {vocab}"),
+                "use the tokenizer.json saved with this model",
+            ));
+        }
+        // Packed sequences need no padding; the file's fixed padding to 128
+        // would only add work and change mean pooling.
+        whole.with_padding(None);
+        let _ = whole.with_truncation(None);
+        let added = whole
+            .get_post_processor()
+            .map_or(0, |p| p.added_tokens(false));
+        if max_len <= added {
+            return Err(ModelError::new(
+                &dir.join("sentence_bert_config.json"),
+                format!("max_seq_length {max_len} leaves no room beside {added} special tokens"),
+                "set max_seq_length to the model's (256 for all-MiniLM-L6-v2)",
+            ));
+        }
+        let mut truncating = whole.clone();
+        truncating
+            .with_truncation(Some(TruncationParams {
+                max_length: max_len,
+                ..TruncationParams::default()
+            }))
+            .map_err(|e| {
+                ModelError::new(
+                    &file,
+                    format!("refuses truncation at {max_len}: {e}"),
+                    "restore tokenizer.json from the model's original folder",
+                )
+            })?;
+        Ok(Tokenizers {
+            truncating,
+            whole,
+            max_len,
+        })
+    }
+
+    pub(crate) fn encode(
+        &self,
+        texts: &[&str],
+        truncate: bool,
+    ) -> Result<Vec<Encoded>, TokenizeError> {
+        let tok = if truncate {
+            &self.truncating
+        } else {
+            &self.whole
+        };
+        let mut out = Vec::with_capacity(texts.len());
+        for (index, text) in texts.iter().enumerate() {
+            let enc = tok
+                .encode_fast(*text, true)
+                .map_err(|e| TokenizeError::Failed {
+                    index,
+                    message: e.to_string(),
+                })?;
+            let ids = enc.get_ids();
+            if ids.len() > self.max_len {
+                return Err(TooLong {
+                    index,
+                    tokens: ids.len(),
+                    max: self.max_len,
+                }
+                .into());
+            }
+            out.push(Encoded { ids: ids.to_vec() });
+        }
+        Ok(out)
+    }
+}

