@@ -19,7 +19,8 @@ never from a hub. What the JSON holds:
     tokens                         tokens per sentence after truncation, [CLS] and [SEP] included
                                    (sentence-transformers' own tokenize(); "" gives 2)
     embeddings                     encode(normalize_embeddings=True), one [384] per sentence
-    unnormalized                   encode(normalize_embeddings=False): the mean-pooled vectors
+    unnormalized                   the mean-pooled vectors before the model's Normalize module
+                                   (what normalize=false must return; see main())
 
 Every float is the shortest decimal that reads back as the same float32 (what the model
 produced, bit for bit), so the file stays small.
@@ -91,10 +92,20 @@ def main() -> None:
     tokens = [int(prep([s])["attention_mask"].sum()) for s in SENTENCES]
     full = [len(model.tokenizer(s)["input_ids"]) for s in SENTENCES]
     assert max(full) > 400 and max(tokens) == 256, (full, tokens)
-    norm = model.encode(SENTENCES, batch_size=8, normalize_embeddings=True, convert_to_numpy=True)
-    raw = model.encode(SENTENCES, batch_size=8, normalize_embeddings=False, convert_to_numpy=True)
+    # One sentence per forward (batch_size=1): no padding, so nothing but the sentence
+    # decides its vector (padding moves the last bits, about 2e-7).
+    norm = model.encode(SENTENCES, batch_size=1, normalize_embeddings=True, convert_to_numpy=True)
+    # The model's modules.json ends with a Normalize module, so encode(normalize_embeddings=
+    # False) on it still returns unit vectors. The vectors before normalizing (what TEI's
+    # normalize=false returns) come from the same Transformer and Pooling without it.
+    assert type(model[len(model) - 1]).__name__ == "Normalize", [type(m) for m in model]
+    pooled = SentenceTransformer(modules=[model[0], model[1]], device="cpu")
+    raw = pooled.encode(SENTENCES, batch_size=1, normalize_embeddings=False, convert_to_numpy=True)
     assert norm.shape == raw.shape == (len(SENTENCES), 384)
-    assert norm.dtype == np.float32
+    assert norm.dtype == raw.dtype == np.float32
+    norms = np.linalg.norm(raw, axis=1)
+    assert np.allclose(raw / norms[:, None], norm, atol=1e-6), "Normalize is not raw/|raw|"
+    assert norms.min() > 1.5, norms       # really unnormalized
 
     libs = ["sentence-transformers", "transformers", "torch", "tokenizers", "numpy"]
     data = {
