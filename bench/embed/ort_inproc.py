@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""The in-process anchor of the embed benchmark: ONNX Runtime's CPU provider, called from
+Python, on the fp32 graph that export_onnx.py builds (made first if it is missing).
+
+    bench/.venv/bin/python bench/embed/ort_inproc.py [--threads 1,2] [--batch 1,32]
+                                                     [--duration S] [--warmup S]
+
+Per configuration (intra_op_num_threads x sentences per call) it calls the model back to
+back for --duration seconds after --warmup, over the 64 held-out sentences of
+bench/embed/sentences.json: batch 1 cycles through them one per call, batch 32 sends
+sentences 0-31 then 32-63. One call is what a server must do for a request: tokenize
+(tokenizers, padded to the longest of the call, cut at 256) and session.run, returning the
+normalized [batch, 384] embeddings. One thread runs pinned to CPU 0 (inter_op 1), two
+threads unpinned.
+
+Printed per configuration, on stderr for people and as one JSON object per line on stdout
+for bench/scenarios/embed.py:
+    sentences/s      sentences embedded / wall time of the measured calls
+    p50, p99         latency of one call (ms)
+    cpu              process CPU time (all threads, user+system) / wall, % of one core;
+                     ORT's pool threads spin a little after each call, which counts here
+    gflops           FLOPs of the real tokens / wall, with minilm.flops(): per sentence of n
+                     tokens 6 x n x (2 x (4 x 384^2 + 2 x 384 x 1536) + 2 x 2 x n x 384);
+                     padding is not counted, so padded work shows as a lower rate
+    other            the most CPU (% of one core) the rest of the machine used meanwhile
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import minilm  # noqa: E402
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def machine_busy_ticks() -> int:
+    v = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return sum(v) - v[3] - v[4]
+
+
+def percentile(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    k = (len(xs) - 1) * p / 100.0
+    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def session(path: Path, threads: int):
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+def measure(sess, tok, sentences: list[str], batch: int, duration: float, warmup: float) -> dict:
+    if batch == 1:
+        calls = [[s] for s in sentences]
+    else:
+        calls = [sentences[i:i + batch] for i in range(0, len(sentences) - batch + 1, batch)]
+    # Real tokens of each call (the same tokenizer as the timed path).
+    call_flops = [sum(minilm.flops(sum(e.attention_mask)) for e in tok.encode_batch(c)) for c in calls]
+
+    def one(c):
+        ids, mask, tt = minilm.encode_batch(tok, c)
+        out = sess.run(["sentence_embedding"], {"input_ids": ids, "attention_mask": mask,
+                                                "token_type_ids": tt})[0]
+        assert out.shape == (len(c), minilm.HIDDEN)
+        return out
+
+    end = time.perf_counter() + warmup
+    i = 0
+    while time.perf_counter() < end:
+        one(calls[i % len(calls)])
+        i += 1
+
+    lat, done, fl = [], 0, 0
+    m0, c0, t0 = machine_busy_ticks(), time.process_time(), time.perf_counter()
+    end = t0 + duration
+    i = 0
+    while True:
+        c = calls[i % len(calls)]
+        s = time.perf_counter()
+        one(c)
+        e = time.perf_counter()
+        lat.append(e - s)
+        done += len(c)
+        fl += call_flops[i % len(calls)]
+        i += 1
+        if e >= end:
+            break
+    wall = time.perf_counter() - t0
+    cpu = time.process_time() - c0
+    m1 = machine_busy_ticks()
+    return {
+        "sentences_per_s": done / wall,
+        "calls": len(lat),
+        "p50_ms": 1e3 * statistics.median(lat),
+        "p99_ms": 1e3 * percentile(lat, 99),
+        "cpu_pct": 100.0 * cpu / wall,
+        "gflops": fl / wall / 1e9,
+        "other_pct": max(0.0, 100.0 * ((m1 - m0) / CLK_TCK - cpu) / wall),
+        "wall_s": wall,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--onnx", type=Path, default=minilm.DEFAULT_ONNX)
+    ap.add_argument("--threads", default="1,2", help="intra_op_num_threads values (default 1,2)")
+    ap.add_argument("--batch", default="1,32", help="sentences per call (default 1,32)")
+    ap.add_argument("--duration", type=float, default=10.0, help="measured seconds per configuration")
+    ap.add_argument("--warmup", type=float, default=2.0)
+    ap.add_argument("--reverse", action="store_true", help="run the configurations in reverse order")
+    ap.add_argument("--describe", action="store_true",
+                    help="print the sentences' token counts and FLOPs as one JSON line, and exit")
+    args = ap.parse_args()
+
+    if args.describe:
+        tok = minilm.tokenizer()
+        sentences = json.loads(minilm.SENTENCES.read_text())["sentences"]
+        tokens = [sum(e.attention_mask) for e in tok.encode_batch(sentences)]
+        print(json.dumps({"sentences": len(sentences), "tokens": tokens,
+                          "flops": [minilm.flops(n) for n in tokens]}))
+        return 0
+
+    if not args.onnx.exists():
+        r = subprocess.run([sys.executable, str(minilm.HERE / "export_onnx.py"), "--out", str(args.onnx)],
+                           stdout=sys.stderr)
+        if r.returncode != 0:
+            return r.returncode
+    import onnxruntime as ort
+    tok = minilm.tokenizer()
+    sentences = json.loads(minilm.SENTENCES.read_text())["sentences"]
+    configs = [(t, b) for t in map(int, args.threads.split(",")) for b in map(int, args.batch.split(","))]
+    if args.reverse:
+        configs.reverse()
+    all_cpus = os.sched_getaffinity(0)
+    for threads, batch in configs:
+        os.sched_setaffinity(0, {min(all_cpus)} if threads == 1 else all_cpus)
+        sess = session(args.onnx, threads)
+        r = measure(sess, tok, sentences, batch, args.duration, args.warmup)
+        del sess
+        r = {"config": f"ort t{threads} b{batch}", "threads": threads, "batch": batch,
+             "pinned": "CPU 0" if threads == 1 else "none", "onnxruntime": ort.__version__, **r}
+        print(f"ORT {ort.__version__} threads={threads} batch={batch}: "
+              f"{r['sentences_per_s']:.0f} sentences/s, p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, "
+              f"CPU {r['cpu_pct']:.0f}%, {r['gflops']:.1f} GFLOP/s, other load {r['other_pct']:.0f}% "
+              f"({r['calls']} calls)", file=sys.stderr, flush=True)
+        print(json.dumps(r), flush=True)
+    os.sched_setaffinity(0, all_cpus)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
