@@ -33,7 +33,8 @@ impl Plugin for Embed {
 
     fn init(host: &'static Host, args: &InitArgs) -> Result<Self, InitError> {
         let settings = Settings::from_env().map_err(InitError::refused)?;
-        let dir = settings::model_dir(&args.arg, args.venv.as_deref()).map_err(InitError::refused)?;
+        let dir =
+            settings::model_dir(&args.arg, args.venv.as_deref()).map_err(InitError::refused)?;
         let model = Model::load(
             &dir,
             LoadOptions {

