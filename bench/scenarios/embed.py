@@ -53,7 +53,8 @@ ROUNDS, DURATION, WARMUP = 3, 10, 2
 RETRIED: dict[str, int] = {}      # ORT configurations measured again because of other load
 
 SERVER = h.Server("m0serve embed",
-                  ["{m0serve}", "--plugin", "embed", "--host", "127.0.0.1", "--port", "{port}",
+                  ["{m0serve}", "--plugin", "embed", "--venv", str(h.VENV),
+                   "--host", "127.0.0.1", "--port", "{port}",
                    "--workers", "1", "--max-keepalive-requests", "0"],
                   cpus=None, expect=None, start_timeout=60.0,
                   version_cmd=["{m0serve}", "--version"])

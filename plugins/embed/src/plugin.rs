@@ -33,13 +33,13 @@ impl Plugin for Embed {
 
     fn init(host: &'static Host, args: &InitArgs) -> Result<Self, InitError> {
         let settings = Settings::from_env().map_err(InitError::refused)?;
-        let dir =
+        let (dir, name) =
             settings::model_dir(&args.arg, args.venv.as_deref()).map_err(InitError::refused)?;
         let model = Model::load(
             &dir,
             LoadOptions {
                 threads: settings.threads,
-                name: None,
+                name,
             },
         )
         .map_err(|e| InitError::refused(format!("embed: cannot load the model: {e}")))?;

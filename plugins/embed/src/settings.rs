@@ -86,11 +86,15 @@ impl Settings {
     }
 }
 
-/// The model folder: ARG when given, else the default package's folder in
-/// the venv (`--venv`, else `$VIRTUAL_ENV`).
-pub fn model_dir(arg: &str, venv: Option<&Path>) -> Result<PathBuf, String> {
+/// The model the default package holds, by its Hugging Face Hub id.
+pub const DEFAULT_MODEL_ID: &str = "sentence-transformers/all-MiniLM-L6-v2";
+
+/// The model folder and, for the default model, its name: ARG when given
+/// (named after its folder), else the default package's folder in the
+/// venv (`--venv`, else `$VIRTUAL_ENV`).
+pub fn model_dir(arg: &str, venv: Option<&Path>) -> Result<(PathBuf, Option<String>), String> {
     if !arg.is_empty() {
-        return Ok(PathBuf::from(arg));
+        return Ok((PathBuf::from(arg), None));
     }
     let venv = venv
         .map(Path::to_path_buf)
@@ -111,7 +115,7 @@ pub fn model_dir(arg: &str, venv: Option<&Path>) -> Result<PathBuf, String> {
             .map(|d| d.path().join("site-packages").join(DEFAULT_PACKAGE_DIR))
             .find(|p| p.is_dir())
     });
-    found.ok_or_else(|| {
+    found.map(|dir| (dir, Some(DEFAULT_MODEL_ID.to_string()))).ok_or_else(|| {
         format!(
             "embed: no MODEL_DIR given and {DEFAULT_PACKAGE} is not installed in the venv {}; {install}",
             venv.display()
