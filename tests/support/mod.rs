@@ -32,8 +32,48 @@ pub fn hello_c(extra: &[&str]) -> Server {
     Server::start(&args)
 }
 
-/// A plugin built beside the binary (`libNAME.so`).
+/// The workspace's Rust plugins, by short name, and their packages.
+/// Integration tests of the root package do not build other workspace
+/// members by themselves (`cargo test --workspace` builds a cdylib only as
+/// a test harness), so `plugin` builds these first.
+const RUST_PLUGINS: [(&str, &str); 4] = [
+    ("hello_rs", "hello-rs"),
+    ("sdk_faults", "sdk-faults"),
+    ("embed", "m0-embed"),
+    ("wsgi", "m0-wsgi"),
+];
+
+/// Builds (or brings up to date) `package` for this test profile, once per
+/// test binary.
+fn build_package(package: &str) {
+    static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if built.iter().any(|p| p == package) {
+        return;
+    }
+    let release = binary()
+        .parent()
+        .and_then(|d| d.file_name())
+        .is_some_and(|n| n == "release");
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.args(["build", "--quiet", "-p", package])
+        .current_dir(repo_root());
+    if release {
+        cmd.arg("--release");
+    }
+    let status = cmd
+        .status()
+        .unwrap_or_else(|e| panic!("run cargo build -p {package}: {e}"));
+    assert!(status.success(), "cargo build -p {package} failed");
+    built.push(package.to_string());
+}
+
+/// A plugin built beside the binary (`libNAME.so`); the workspace's Rust
+/// plugins are built first.
 pub fn plugin(name: &str) -> PathBuf {
+    if let Some((_, package)) = RUST_PLUGINS.iter().find(|(n, _)| *n == name) {
+        build_package(package);
+    }
     let dir = binary()
         .parent()
         .expect("binary has a directory")
