@@ -44,6 +44,22 @@ pub(crate) struct Encoder {
     isa: Isa,
 }
 
+/// Runs `f(rows, first_row)` over `a` (rows of `row` floats) cut into
+/// `threads` runs of whole rows, in parallel on the current rayon pool when
+/// `threads` > 1.
+fn for_rows(threads: usize, a: &mut [f32], row: usize, f: impl Fn(&mut [f32], usize) + Sync) {
+    let m = a.len() / row.max(1);
+    if threads <= 1 || m < 2 {
+        f(a, 0);
+        return;
+    }
+    let per = m.div_ceil(threads);
+    use rayon::prelude::*;
+    a.par_chunks_mut(per * row)
+        .enumerate()
+        .for_each(|(i, rows)| f(rows, i * per));
+}
+
 /// Sequences up to this long take the row-by-row attention kernel; longer
 /// ones two gemm products per head.
 const SMALL_ATTENTION: usize = 48;
@@ -164,36 +180,37 @@ impl Encoder {
         let mut ctx = vec![0f32; m * h];
         let mut tmp = vec![0f32; m * h];
         let mut inter = vec![0f32; m * self.intermediate];
+        let eps = self.eps;
         for layer in &self.layers {
             matmul(&x, m, &layer.qkv, &mut qkv, threads);
-            kernels::add_bias(isa, &mut qkv, &layer.qkv.b);
+            for_rows(threads, &mut qkv, 3 * h, |rows, _| {
+                kernels::add_bias(isa, rows, &layer.qkv.b)
+            });
             self.attention(&qkv, &seqs, &mut ctx, threads);
             matmul(&ctx, m, &layer.attn_out, &mut tmp, threads);
-            kernels::residual_layer_norm(
-                isa,
-                &mut x,
-                &tmp,
-                &layer.attn_out.b,
-                &layer.ln_attn.g,
-                &layer.ln_attn.b,
-                self.eps,
-            );
+            for_rows(threads, &mut x, h, |rows, first| {
+                let y = &tmp[first * h..first * h + rows.len()];
+                let (b, ln) = (&layer.attn_out.b, &layer.ln_attn);
+                kernels::residual_layer_norm(isa, rows, y, b, &ln.g, &ln.b, eps)
+            });
             matmul(&x, m, &layer.ffn_in, &mut inter, threads);
-            match self.activation {
-                Activation::GeluErf => kernels::bias_gelu_erf(isa, &mut inter, &layer.ffn_in.b),
-                Activation::GeluTanh => kernels::bias_gelu_tanh(isa, &mut inter, &layer.ffn_in.b),
-                Activation::Relu => kernels::bias_relu(isa, &mut inter, &layer.ffn_in.b),
-            }
-            matmul(&inter, m, &layer.ffn_out, &mut tmp, threads);
-            kernels::residual_layer_norm(
-                isa,
-                &mut x,
-                &tmp,
-                &layer.ffn_out.b,
-                &layer.ln_ffn.g,
-                &layer.ln_ffn.b,
-                self.eps,
+            let b1 = &layer.ffn_in.b;
+            for_rows(
+                threads,
+                &mut inter,
+                self.intermediate,
+                |rows, _| match self.activation {
+                    Activation::GeluErf => kernels::bias_gelu_erf(isa, rows, b1),
+                    Activation::GeluTanh => kernels::bias_gelu_tanh(isa, rows, b1),
+                    Activation::Relu => kernels::bias_relu(isa, rows, b1),
+                },
             );
+            matmul(&inter, m, &layer.ffn_out, &mut tmp, threads);
+            for_rows(threads, &mut x, h, |rows, first| {
+                let y = &tmp[first * h..first * h + rows.len()];
+                let (b, ln) = (&layer.ffn_out.b, &layer.ln_ffn);
+                kernels::residual_layer_norm(isa, rows, y, b, &ln.g, &ln.b, eps)
+            });
         }
         x
     }
@@ -256,7 +273,8 @@ impl Encoder {
             return;
         }
         if len <= SMALL_ATTENTION {
-            let mut scores = [0f32; SMALL_ATTENTION];
+            let mut kt = vec![0f32; dh * kernels::padded(len)];
+            let mut scores = [0f32; kernels::padded(SMALL_ATTENTION)];
             kernels::attention_head(
                 self.isa,
                 qkv,
@@ -267,6 +285,7 @@ impl Encoder {
                 v,
                 dh,
                 scale,
+                &mut kt,
                 &mut scores,
                 out,
             );
