@@ -9,7 +9,8 @@
 use super::config::{Activation, BertConfig};
 use super::error::ModelError;
 use super::kernels::{self, Isa};
-use super::matmul::{Linear, matmul, matmul_strided};
+use super::matmul::{Linear, matmul};
+use super::strided::matmul_strided;
 use super::weights::SafeTensors;
 
 pub(crate) struct LayerNorm {
@@ -182,34 +183,30 @@ impl Encoder {
         let mut inter = vec![0f32; m * self.intermediate];
         let eps = self.eps;
         for layer in &self.layers {
-            matmul(&x, m, &layer.qkv, &mut qkv, threads);
-            for_rows(threads, &mut qkv, 3 * h, |rows, _| {
-                kernels::add_bias(isa, rows, &layer.qkv.b)
-            });
+            matmul(isa, &x, m, &layer.qkv, &mut qkv, threads);
             self.attention(&qkv, &seqs, &mut ctx, threads);
-            matmul(&ctx, m, &layer.attn_out, &mut tmp, threads);
+            matmul(isa, &ctx, m, &layer.attn_out, &mut tmp, threads);
             for_rows(threads, &mut x, h, |rows, first| {
                 let y = &tmp[first * h..first * h + rows.len()];
-                let (b, ln) = (&layer.attn_out.b, &layer.ln_attn);
-                kernels::residual_layer_norm(isa, rows, y, b, &ln.g, &ln.b, eps)
+                let ln = &layer.ln_attn;
+                kernels::residual_layer_norm(isa, rows, y, &ln.g, &ln.b, eps)
             });
-            matmul(&x, m, &layer.ffn_in, &mut inter, threads);
-            let b1 = &layer.ffn_in.b;
+            matmul(isa, &x, m, &layer.ffn_in, &mut inter, threads);
             for_rows(
                 threads,
                 &mut inter,
                 self.intermediate,
                 |rows, _| match self.activation {
-                    Activation::GeluErf => kernels::bias_gelu_erf(isa, rows, b1),
-                    Activation::GeluTanh => kernels::bias_gelu_tanh(isa, rows, b1),
-                    Activation::Relu => kernels::bias_relu(isa, rows, b1),
+                    Activation::GeluErf => kernels::gelu_erf(isa, rows),
+                    Activation::GeluTanh => kernels::gelu_tanh(isa, rows),
+                    Activation::Relu => kernels::relu(isa, rows),
                 },
             );
-            matmul(&inter, m, &layer.ffn_out, &mut tmp, threads);
+            matmul(isa, &inter, m, &layer.ffn_out, &mut tmp, threads);
             for_rows(threads, &mut x, h, |rows, first| {
                 let y = &tmp[first * h..first * h + rows.len()];
-                let (b, ln) = (&layer.ffn_out.b, &layer.ln_ffn);
-                kernels::residual_layer_norm(isa, rows, y, b, &ln.g, &ln.b, eps)
+                let ln = &layer.ln_ffn;
+                kernels::residual_layer_norm(isa, rows, y, &ln.g, &ln.b, eps)
             });
         }
         x

@@ -190,12 +190,12 @@ pub(crate) fn erf(x: f32) -> f32 {
 }
 
 #[inline(always)]
-fn gelu_erf(x: f32) -> f32 {
+fn gelu_erf1(x: f32) -> f32 {
     0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
 #[inline(always)]
-fn gelu_tanh(x: f32) -> f32 {
+fn gelu_tanh1(x: f32) -> f32 {
     // tanh(u) = 1 - 2 / (e^(2u) + 1)
     let u = 0.797_884_6 * (x + 0.044_715 * x * x * x);
     let th = 1.0 - 2.0 / (exp(2.0 * u) + 1.0);
@@ -203,49 +203,28 @@ fn gelu_tanh(x: f32) -> f32 {
 }
 
 kernel! {
-    /// Every row of `y` (rows of `b.len()`) += `b`.
-    fn add_bias(y: &mut [f32], b: &[f32]) {
-        let n = b.len();
-        for row in y.chunks_exact_mut(n) {
-            for (v, b) in row.iter_mut().zip(b) {
-                *v += b;
-            }
+    /// y = gelu(y), GELU in its exact erf form (as BERT's "gelu").
+    fn gelu_erf(y: &mut [f32]) {
+        for v in y.iter_mut() {
+            *v = gelu_erf1(*v);
         }
     }
 }
 
 kernel! {
-    /// y = gelu(y + b) per row, GELU in its exact erf form.
-    fn bias_gelu_erf(y: &mut [f32], b: &[f32]) {
-        let n = b.len();
-        for row in y.chunks_exact_mut(n) {
-            for (v, b) in row.iter_mut().zip(b) {
-                *v = gelu_erf(*v + b);
-            }
+    /// y = gelu(y), GELU in its tanh form ("gelu_new").
+    fn gelu_tanh(y: &mut [f32]) {
+        for v in y.iter_mut() {
+            *v = gelu_tanh1(*v);
         }
     }
 }
 
 kernel! {
-    /// y = gelu(y + b) per row, GELU in its tanh form.
-    fn bias_gelu_tanh(y: &mut [f32], b: &[f32]) {
-        let n = b.len();
-        for row in y.chunks_exact_mut(n) {
-            for (v, b) in row.iter_mut().zip(b) {
-                *v = gelu_tanh(*v + b);
-            }
-        }
-    }
-}
-
-kernel! {
-    /// y = max(y + b, 0) per row.
-    fn bias_relu(y: &mut [f32], b: &[f32]) {
-        let n = b.len();
-        for row in y.chunks_exact_mut(n) {
-            for (v, b) in row.iter_mut().zip(b) {
-                *v = (*v + b).max(0.0);
-            }
+    /// y = max(y, 0).
+    fn relu(y: &mut [f32]) {
+        for v in y.iter_mut() {
+            *v = v.max(0.0);
         }
     }
 }
@@ -275,13 +254,13 @@ fn layer_norm_row(x: &mut [f32], g: &[f32], beta: &[f32], eps: f32) {
 }
 
 kernel! {
-    /// Per row of `x` (rows of `g.len()`): x = layer_norm(x + y + b) * g + beta,
-    /// the residual, the dense layer's bias and the norm in one pass.
-    fn residual_layer_norm(x: &mut [f32], y: &[f32], b: &[f32], g: &[f32], beta: &[f32], eps: f32) {
+    /// Per row of `x` (rows of `g.len()`): x = layer_norm(x + y) * g + beta,
+    /// the residual and the norm in one pass.
+    fn residual_layer_norm(x: &mut [f32], y: &[f32], g: &[f32], beta: &[f32], eps: f32) {
         let n = g.len();
         for (xr, yr) in x.chunks_exact_mut(n).zip(y.chunks_exact(n)) {
-            for ((v, y), b) in xr.iter_mut().zip(yr).zip(b) {
-                *v += y + b;
+            for (v, y) in xr.iter_mut().zip(yr) {
+                *v += y;
             }
             layer_norm_row(xr, g, beta, eps);
         }
@@ -576,24 +555,21 @@ mod tests {
             for n in [1usize, 7, 16, 33, 384] {
                 let x0 = noise(3 * n, 1);
                 let y = noise(3 * n, 2);
-                let b = noise(n, 3);
                 let g = noise(n, 4);
                 let beta = noise(n, 5);
                 let mut x = x0.clone();
-                residual_layer_norm(isa, &mut x, &y, &b, &g, &beta, 1e-12);
+                residual_layer_norm(isa, &mut x, &y, &g, &beta, 1e-12);
                 for r in 0..3 {
-                    let t: Vec<f32> = (0..n)
-                        .map(|i| x0[r * n + i] + y[r * n + i] + b[i])
-                        .collect();
+                    let t: Vec<f32> = (0..n).map(|i| x0[r * n + i] + y[r * n + i]).collect();
                     let want = ref_ln(&t, &g, &beta, 1e-12);
                     for i in 0..n {
                         assert!((x[r * n + i] - want[i]).abs() < 1e-4, "{isa:?} n={n}");
                     }
                 }
                 let mut gl = x0.clone();
-                bias_gelu_erf(isa, &mut gl, &b);
+                gelu_erf(isa, &mut gl);
                 for (i, v) in gl.iter().enumerate() {
-                    let t = (x0[i] + b[i % n]) as f64;
+                    let t = x0[i] as f64;
                     let want = 0.5 * t * (1.0 + erf64(t / 2f64.sqrt()));
                     assert!((*v as f64 - want).abs() < 1e-6, "{isa:?} gelu({t})");
                 }

@@ -21,6 +21,7 @@ mod error;
 mod kernels;
 mod matmul;
 mod pooling;
+mod strided;
 mod tokenize;
 mod weights;
 
