@@ -97,7 +97,7 @@ fn main() {
             eprintln!("{e}");
             std::process::exit(78)
         });
-        for n in [1usize, 32] {
+        for n in [1usize, 4, 8, 32] {
             if only_batch.is_some_and(|b| b != n) {
                 continue;
             }

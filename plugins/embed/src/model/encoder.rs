@@ -9,7 +9,8 @@
 use super::config::{Activation, BertConfig};
 use super::error::ModelError;
 use super::kernels::{self, Isa};
-use super::matmul::{Linear, matmul, matmul_strided};
+use super::matmul::{Linear, matmul};
+use super::strided::matmul_strided;
 use super::weights::SafeTensors;
 
 pub(crate) struct LayerNorm {
@@ -42,6 +43,22 @@ pub(crate) struct Encoder {
     eps: f32,
     activation: Activation,
     isa: Isa,
+}
+
+/// Runs `f(rows, first_row)` over `a` (rows of `row` floats) cut into
+/// `threads` runs of whole rows, in parallel on the current rayon pool when
+/// `threads` > 1.
+fn for_rows(threads: usize, a: &mut [f32], row: usize, f: impl Fn(&mut [f32], usize) + Sync) {
+    let m = a.len() / row.max(1);
+    if threads <= 1 || m < 2 {
+        f(a, 0);
+        return;
+    }
+    let per = m.div_ceil(threads);
+    use rayon::prelude::*;
+    a.par_chunks_mut(per * row)
+        .enumerate()
+        .for_each(|(i, rows)| f(rows, i * per));
 }
 
 /// Sequences up to this long take the row-by-row attention kernel; longer
@@ -164,36 +181,33 @@ impl Encoder {
         let mut ctx = vec![0f32; m * h];
         let mut tmp = vec![0f32; m * h];
         let mut inter = vec![0f32; m * self.intermediate];
+        let eps = self.eps;
         for layer in &self.layers {
-            matmul(&x, m, &layer.qkv, &mut qkv, threads);
-            kernels::add_bias(isa, &mut qkv, &layer.qkv.b);
+            matmul(isa, &x, m, &layer.qkv, &mut qkv, threads);
             self.attention(&qkv, &seqs, &mut ctx, threads);
-            matmul(&ctx, m, &layer.attn_out, &mut tmp, threads);
-            kernels::residual_layer_norm(
-                isa,
-                &mut x,
-                &tmp,
-                &layer.attn_out.b,
-                &layer.ln_attn.g,
-                &layer.ln_attn.b,
-                self.eps,
+            matmul(isa, &ctx, m, &layer.attn_out, &mut tmp, threads);
+            for_rows(threads, &mut x, h, |rows, first| {
+                let y = &tmp[first * h..first * h + rows.len()];
+                let ln = &layer.ln_attn;
+                kernels::residual_layer_norm(isa, rows, y, &ln.g, &ln.b, eps)
+            });
+            matmul(isa, &x, m, &layer.ffn_in, &mut inter, threads);
+            for_rows(
+                threads,
+                &mut inter,
+                self.intermediate,
+                |rows, _| match self.activation {
+                    Activation::GeluErf => kernels::gelu_erf(isa, rows),
+                    Activation::GeluTanh => kernels::gelu_tanh(isa, rows),
+                    Activation::Relu => kernels::relu(isa, rows),
+                },
             );
-            matmul(&x, m, &layer.ffn_in, &mut inter, threads);
-            match self.activation {
-                Activation::GeluErf => kernels::bias_gelu_erf(isa, &mut inter, &layer.ffn_in.b),
-                Activation::GeluTanh => kernels::bias_gelu_tanh(isa, &mut inter, &layer.ffn_in.b),
-                Activation::Relu => kernels::bias_relu(isa, &mut inter, &layer.ffn_in.b),
-            }
-            matmul(&inter, m, &layer.ffn_out, &mut tmp, threads);
-            kernels::residual_layer_norm(
-                isa,
-                &mut x,
-                &tmp,
-                &layer.ffn_out.b,
-                &layer.ln_ffn.g,
-                &layer.ln_ffn.b,
-                self.eps,
-            );
+            matmul(isa, &inter, m, &layer.ffn_out, &mut tmp, threads);
+            for_rows(threads, &mut x, h, |rows, first| {
+                let y = &tmp[first * h..first * h + rows.len()];
+                let ln = &layer.ln_ffn;
+                kernels::residual_layer_norm(isa, rows, y, &ln.g, &ln.b, eps)
+            });
         }
         x
     }
@@ -256,7 +270,8 @@ impl Encoder {
             return;
         }
         if len <= SMALL_ATTENTION {
-            let mut scores = [0f32; SMALL_ATTENTION];
+            let mut kt = vec![0f32; dh * kernels::padded(len)];
+            let mut scores = [0f32; kernels::padded(SMALL_ATTENTION)];
             kernels::attention_head(
                 self.isa,
                 qkv,
@@ -267,6 +282,7 @@ impl Encoder {
                 v,
                 dh,
                 scale,
+                &mut kt,
                 &mut scores,
                 out,
             );

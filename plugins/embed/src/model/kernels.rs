@@ -135,14 +135,6 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     hsum(acc) + s
 }
 
-/// y += a * x
-#[inline(always)]
-fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
-    for (y, x) in y.iter_mut().zip(x) {
-        *y += a * x;
-    }
-}
-
 /// e^x to ~2 ulp over the range that matters (clamped to about ±87, where
 /// f32 under- or overflows). Branch-free, so loops over it vectorise.
 #[inline(always)]
@@ -198,12 +190,12 @@ pub(crate) fn erf(x: f32) -> f32 {
 }
 
 #[inline(always)]
-fn gelu_erf(x: f32) -> f32 {
+fn gelu_erf1(x: f32) -> f32 {
     0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
 #[inline(always)]
-fn gelu_tanh(x: f32) -> f32 {
+fn gelu_tanh1(x: f32) -> f32 {
     // tanh(u) = 1 - 2 / (e^(2u) + 1)
     let u = 0.797_884_6 * (x + 0.044_715 * x * x * x);
     let th = 1.0 - 2.0 / (exp(2.0 * u) + 1.0);
@@ -211,49 +203,28 @@ fn gelu_tanh(x: f32) -> f32 {
 }
 
 kernel! {
-    /// Every row of `y` (rows of `b.len()`) += `b`.
-    fn add_bias(y: &mut [f32], b: &[f32]) {
-        let n = b.len();
-        for row in y.chunks_exact_mut(n) {
-            for (v, b) in row.iter_mut().zip(b) {
-                *v += b;
-            }
+    /// y = gelu(y), GELU in its exact erf form (as BERT's "gelu").
+    fn gelu_erf(y: &mut [f32]) {
+        for v in y.iter_mut() {
+            *v = gelu_erf1(*v);
         }
     }
 }
 
 kernel! {
-    /// y = gelu(y + b) per row, GELU in its exact erf form.
-    fn bias_gelu_erf(y: &mut [f32], b: &[f32]) {
-        let n = b.len();
-        for row in y.chunks_exact_mut(n) {
-            for (v, b) in row.iter_mut().zip(b) {
-                *v = gelu_erf(*v + b);
-            }
+    /// y = gelu(y), GELU in its tanh form ("gelu_new").
+    fn gelu_tanh(y: &mut [f32]) {
+        for v in y.iter_mut() {
+            *v = gelu_tanh1(*v);
         }
     }
 }
 
 kernel! {
-    /// y = gelu(y + b) per row, GELU in its tanh form.
-    fn bias_gelu_tanh(y: &mut [f32], b: &[f32]) {
-        let n = b.len();
-        for row in y.chunks_exact_mut(n) {
-            for (v, b) in row.iter_mut().zip(b) {
-                *v = gelu_tanh(*v + b);
-            }
-        }
-    }
-}
-
-kernel! {
-    /// y = max(y + b, 0) per row.
-    fn bias_relu(y: &mut [f32], b: &[f32]) {
-        let n = b.len();
-        for row in y.chunks_exact_mut(n) {
-            for (v, b) in row.iter_mut().zip(b) {
-                *v = (*v + b).max(0.0);
-            }
+    /// y = max(y, 0).
+    fn relu(y: &mut [f32]) {
+        for v in y.iter_mut() {
+            *v = v.max(0.0);
         }
     }
 }
@@ -283,13 +254,13 @@ fn layer_norm_row(x: &mut [f32], g: &[f32], beta: &[f32], eps: f32) {
 }
 
 kernel! {
-    /// Per row of `x` (rows of `g.len()`): x = layer_norm(x + y + b) * g + beta,
-    /// the residual, the dense layer's bias and the norm in one pass.
-    fn residual_layer_norm(x: &mut [f32], y: &[f32], b: &[f32], g: &[f32], beta: &[f32], eps: f32) {
+    /// Per row of `x` (rows of `g.len()`): x = layer_norm(x + y) * g + beta,
+    /// the residual and the norm in one pass.
+    fn residual_layer_norm(x: &mut [f32], y: &[f32], g: &[f32], beta: &[f32], eps: f32) {
         let n = g.len();
         for (xr, yr) in x.chunks_exact_mut(n).zip(y.chunks_exact(n)) {
-            for ((v, y), b) in xr.iter_mut().zip(yr).zip(b) {
-                *v += y + b;
+            for (v, y) in xr.iter_mut().zip(yr) {
+                *v += y;
             }
             layer_norm_row(xr, g, beta, eps);
         }
@@ -336,27 +307,125 @@ kernel! {
     }
 }
 
+/// Padded length of a score row: whole 16-lane chunks.
+pub(crate) const fn padded(len: usize) -> usize {
+    len.next_multiple_of(LANES)
+}
+
 kernel! {
-    /// Self-attention of one sequence and one head, for short sequences
-    /// (the score matrix is `len` x `len`, computed row by row).
+    /// Self-attention of one sequence and one head, for short sequences.
     ///
     /// `qkv` holds the sequence's rows (`len` of them, `stride` apart) with
     /// this head's query, key and value at columns `q`, `k` and `v`, each
-    /// `dh` wide. `out` gets the context, `len` rows of `dh`. `scores` is
-    /// scratch of at least `len`.
-    fn attention_head(qkv: &[f32], stride: usize, len: usize, q: usize, k: usize, v: usize, dh: usize, scale: f32, scores: &mut [f32], out: &mut [f32]) {
-        let scores = &mut scores[..len];
-        for (i, o) in out.chunks_exact_mut(dh).take(len).enumerate() {
-            let qi = &qkv[i * stride + q..i * stride + q + dh];
-            for (j, s) in scores.iter_mut().enumerate() {
-                *s = dot(qi, &qkv[j * stride + k..j * stride + k + dh]) * scale;
-            }
-            softmax_row(scores);
-            o.fill(0.0);
-            for (j, &p) in scores.iter().enumerate() {
-                axpy(o, p, &qkv[j * stride + v..j * stride + v + dh]);
+    /// `dh` wide. `out` gets the context, `len` rows of `dh`. `kt` (at least
+    /// `dh * padded(len)`) and `scores` (at least `padded(len)`) are
+    /// scratch.
+    ///
+    /// The keys are transposed (and scaled) once, so a row of scores is
+    /// `dh` broadcast multiply-adds over whole 16-lane chunks rather than
+    /// `len` dot products; lanes past `len` are excluded from the softmax by
+    /// selection.
+    fn attention_head(qkv: &[f32], stride: usize, len: usize, q: usize, k: usize, v: usize, dh: usize, scale: f32, kt: &mut [f32], scores: &mut [f32], out: &mut [f32]) {
+        let lp = padded(len);
+        let kt = &mut kt[..dh * lp];
+        for j in 0..lp {
+            for d in 0..dh {
+                kt[d * lp + j] = if j < len { qkv[j * stride + k + d] * scale } else { 0.0 };
             }
         }
+        let s = &mut scores[..lp];
+        for (i, o) in out.chunks_exact_mut(dh).take(len).enumerate() {
+            let qi = &qkv[i * stride + q..i * stride + q + dh];
+            // Two accumulators per chunk: two chains of multiply-adds in
+            // flight, both in registers.
+            for (c, sc) in s.chunks_exact_mut(LANES).enumerate() {
+                let mut a0 = [0f32; LANES];
+                let mut a1 = [0f32; LANES];
+                let mut d = 0;
+                while d + 1 < dh {
+                    let r0 = &kt[d * lp + c * LANES..][..LANES];
+                    let r1 = &kt[(d + 1) * lp + c * LANES..][..LANES];
+                    let (x0, x1) = (qi[d], qi[d + 1]);
+                    for l in 0..LANES {
+                        a0[l] += x0 * r0[l];
+                        a1[l] += x1 * r1[l];
+                    }
+                    d += 2;
+                }
+                if d < dh {
+                    let r0 = &kt[d * lp + c * LANES..][..LANES];
+                    for l in 0..LANES {
+                        a0[l] += qi[d] * r0[l];
+                    }
+                }
+                for l in 0..LANES {
+                    sc[l] = a0[l] + a1[l];
+                }
+            }
+            let mut mx = [f32::MIN; LANES];
+            for (c, sc) in s.chunks_exact(LANES).enumerate() {
+                for l in 0..LANES {
+                    let x = if c * LANES + l < len { sc[l] } else { f32::MIN };
+                    mx[l] = if x > mx[l] { x } else { mx[l] };
+                }
+            }
+            let m = mx.iter().fold(f32::MIN, |a, &b| if b > a { b } else { a });
+            let mut acc = [0f32; LANES];
+            for (c, sc) in s.chunks_exact_mut(LANES).enumerate() {
+                for l in 0..LANES {
+                    let e = exp(sc[l] - m);
+                    let e = if c * LANES + l < len { e } else { 0.0 };
+                    sc[l] = e;
+                    acc[l] += e;
+                }
+            }
+            let inv = 1.0 / hsum(acc);
+            weighted_rows(o, &s[..len], inv, &qkv[v..], stride);
+        }
+    }
+}
+
+/// o[d] = scale * sum over j of p[j] * rows[j * stride + d]: the context of
+/// one query, accumulated in registers 16 lanes (or 32) at a time.
+#[inline(always)]
+fn weighted_rows(o: &mut [f32], p: &[f32], scale: f32, rows: &[f32], stride: usize) {
+    let dh = o.len();
+    let mut c = 0;
+    while c + 2 * LANES <= dh {
+        let mut a0 = [0f32; LANES];
+        let mut a1 = [0f32; LANES];
+        for (j, &pj) in p.iter().enumerate() {
+            let r = &rows[j * stride + c..][..2 * LANES];
+            for l in 0..LANES {
+                a0[l] += pj * r[l];
+                a1[l] += pj * r[LANES + l];
+            }
+        }
+        for l in 0..LANES {
+            o[c + l] = a0[l] * scale;
+            o[c + LANES + l] = a1[l] * scale;
+        }
+        c += 2 * LANES;
+    }
+    while c + LANES <= dh {
+        let mut a0 = [0f32; LANES];
+        for (j, &pj) in p.iter().enumerate() {
+            let r = &rows[j * stride + c..][..LANES];
+            for l in 0..LANES {
+                a0[l] += pj * r[l];
+            }
+        }
+        for l in 0..LANES {
+            o[c + l] = a0[l] * scale;
+        }
+        c += LANES;
+    }
+    for (d, od) in o.iter_mut().enumerate().skip(c) {
+        let mut a = 0.0;
+        for (j, &pj) in p.iter().enumerate() {
+            a += pj * rows[j * stride + d];
+        }
+        *od = a * scale;
     }
 }
 
@@ -486,24 +555,21 @@ mod tests {
             for n in [1usize, 7, 16, 33, 384] {
                 let x0 = noise(3 * n, 1);
                 let y = noise(3 * n, 2);
-                let b = noise(n, 3);
                 let g = noise(n, 4);
                 let beta = noise(n, 5);
                 let mut x = x0.clone();
-                residual_layer_norm(isa, &mut x, &y, &b, &g, &beta, 1e-12);
+                residual_layer_norm(isa, &mut x, &y, &g, &beta, 1e-12);
                 for r in 0..3 {
-                    let t: Vec<f32> = (0..n)
-                        .map(|i| x0[r * n + i] + y[r * n + i] + b[i])
-                        .collect();
+                    let t: Vec<f32> = (0..n).map(|i| x0[r * n + i] + y[r * n + i]).collect();
                     let want = ref_ln(&t, &g, &beta, 1e-12);
                     for i in 0..n {
                         assert!((x[r * n + i] - want[i]).abs() < 1e-4, "{isa:?} n={n}");
                     }
                 }
                 let mut gl = x0.clone();
-                bias_gelu_erf(isa, &mut gl, &b);
+                gelu_erf(isa, &mut gl);
                 for (i, v) in gl.iter().enumerate() {
-                    let t = (x0[i] + b[i % n]) as f64;
+                    let t = x0[i] as f64;
                     let want = 0.5 * t * (1.0 + erf64(t / 2f64.sqrt()));
                     assert!((*v as f64 - want).abs() < 1e-6, "{isa:?} gelu({t})");
                 }
@@ -528,43 +594,47 @@ mod tests {
     #[test]
     fn attention_head_matches_the_definition() {
         for isa in Isa::all_supported() {
-            let (len, dh, heads) = (5, 8, 2);
-            let stride = 3 * dh * heads;
-            let qkv = noise(len * stride, 9);
-            for h in 0..heads {
-                let (q, k, v) = (h * dh, heads * dh + h * dh, 2 * heads * dh + h * dh);
-                let mut out = vec![0.0; len * dh];
-                let mut scratch = vec![0.0; len];
-                attention_head(
-                    isa,
-                    &qkv,
-                    stride,
-                    len,
-                    q,
-                    k,
-                    v,
-                    dh,
-                    0.3,
-                    &mut scratch,
-                    &mut out,
-                );
-                for i in 0..len {
-                    let s: Vec<f64> = (0..len)
-                        .map(|j| {
-                            0.3 * (0..dh)
-                                .map(|d| {
-                                    qkv[i * stride + q + d] as f64 * qkv[j * stride + k + d] as f64
-                                })
-                                .sum::<f64>()
-                        })
-                        .collect();
-                    let m = s.iter().cloned().fold(f64::MIN, f64::max);
-                    let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
-                    for d in 0..dh {
-                        let want: f64 = (0..len)
-                            .map(|j| (s[j] - m).exp() / z * qkv[j * stride + v + d] as f64)
-                            .sum();
-                        assert!((out[i * dh + d] as f64 - want).abs() < 1e-5, "{isa:?}");
+            for (len, dh, heads) in [(5, 8, 2), (1, 4, 3), (16, 32, 2), (33, 12, 1)] {
+                let stride = 3 * dh * heads;
+                let qkv = noise(len * stride, 9);
+                for h in 0..heads {
+                    let (q, k, v) = (h * dh, heads * dh + h * dh, 2 * heads * dh + h * dh);
+                    let mut out = vec![0.0; len * dh];
+                    let mut kt = vec![f32::NAN; dh * padded(len)];
+                    let mut scores = vec![f32::NAN; padded(len)];
+                    attention_head(
+                        isa,
+                        &qkv,
+                        stride,
+                        len,
+                        q,
+                        k,
+                        v,
+                        dh,
+                        0.3,
+                        &mut kt,
+                        &mut scores,
+                        &mut out,
+                    );
+                    for i in 0..len {
+                        let s: Vec<f64> = (0..len)
+                            .map(|j| {
+                                0.3 * (0..dh)
+                                    .map(|d| {
+                                        qkv[i * stride + q + d] as f64
+                                            * qkv[j * stride + k + d] as f64
+                                    })
+                                    .sum::<f64>()
+                            })
+                            .collect();
+                        let m = s.iter().cloned().fold(f64::MIN, f64::max);
+                        let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
+                        for d in 0..dh {
+                            let want: f64 = (0..len)
+                                .map(|j| (s[j] - m).exp() / z * qkv[j * stride + v + d] as f64)
+                                .sum();
+                            assert!((out[i * dh + d] as f64 - want).abs() < 1e-5, "{isa:?}");
+                        }
                     }
                 }
             }

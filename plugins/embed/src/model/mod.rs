@@ -13,7 +13,10 @@
 //!
 //! Its files: `config` (the folder's JSON files), `weights` (safetensors),
 //! `tokenize` (the tokenizer), `encoder` (the packed forward pass), `matmul`
-//! (gemm), `kernels` (SIMD element- and row-wise work), `pooling`, `error`.
+//! (the dense products: weights in 64-column panels, an AVX-512 kernel for
+//! small batches, gemm for large ones), `strided` (attention's products for
+//! long sequences, on gemm), `kernels` (SIMD element- and row-wise work,
+//! attention of short sequences), `pooling`, `error`.
 
 mod config;
 mod encoder;
@@ -21,6 +24,7 @@ mod error;
 mod kernels;
 mod matmul;
 mod pooling;
+mod strided;
 mod tokenize;
 mod weights;
 
