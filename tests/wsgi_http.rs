@@ -12,6 +12,9 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+#[path = "support/venv.rs"]
+mod venv;
+
 #[path = "support/mod.rs"]
 pub mod support;
 
@@ -341,75 +344,17 @@ pub fn python() -> String {
 }
 
 /// A venv with tests/requirements-frameworks.txt installed, under the target
-/// dir; rebuilt when the requirements change, shared across test binaries
-/// (an flock keeps two from building it at once).
+/// dir; rebuilt when the requirements change, shared across test binaries.
 pub fn framework_venv() -> PathBuf {
     static VENV: OnceLock<PathBuf> = OnceLock::new();
     VENV.get_or_init(|| {
-        let target = profile_dir().parent().unwrap().to_path_buf();
-        let venv = target.join("wsgi-frameworks-venv");
-        let reqs_path = repo().join("tests/requirements-frameworks.txt");
-        let reqs = std::fs::read_to_string(&reqs_path).expect("read requirements-frameworks.txt");
-        let lock_path = target.join("wsgi-frameworks-venv.lock");
-        let lock = std::fs::File::create(&lock_path).expect("create the venv lock file");
-        let _guard = Flock::exclusive(&lock);
-        let stamp = venv.join("m0-requirements.txt");
-        if std::fs::read_to_string(&stamp).ok().as_deref() == Some(reqs.as_str())
-            && venv.join("bin/python").exists()
-        {
-            return venv;
-        }
-        let _ = std::fs::remove_dir_all(&venv);
-        let run = |cmd: &mut Command, what: &str| {
-            let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
-            assert!(
-                out.status.success(),
-                "{what} failed:\n{}\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        };
-        run(
-            Command::new(python()).args(["-m", "venv"]).arg(&venv),
-            "python -m venv",
-        );
-        run(
-            Command::new(venv.join("bin/python"))
-                .args([
-                    "-m",
-                    "pip",
-                    "install",
-                    "--quiet",
-                    "--disable-pip-version-check",
-                    "-r",
-                ])
-                .arg(&reqs_path),
-            "pip install -r tests/requirements-frameworks.txt",
-        );
-        std::fs::write(&stamp, &reqs).expect("write the venv stamp");
-        venv
+        venv::make_venv(
+            "wsgi-frameworks-venv",
+            "tests/requirements-frameworks.txt",
+            &[],
+        )
     })
     .clone()
-}
-
-struct Flock<'a>(&'a std::fs::File);
-
-impl<'a> Flock<'a> {
-    fn exclusive(f: &'a std::fs::File) -> Flock<'a> {
-        use std::os::fd::AsRawFd;
-        // SAFETY: flock on a descriptor this process owns; no memory involved.
-        let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
-        assert_eq!(rc, 0, "flock the venv lock file");
-        Flock(f)
-    }
-}
-
-impl Drop for Flock<'_> {
-    fn drop(&mut self) {
-        use std::os::fd::AsRawFd;
-        // SAFETY: unlocking our own descriptor.
-        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
-    }
 }
 
 /// Resident set size of a process, in KiB (from /proc).

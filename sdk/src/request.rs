@@ -189,17 +189,26 @@ pub struct Body<'a> {
 
 impl Body<'_> {
     fn read_some(&mut self, buf: &mut [u8]) -> Result<usize, Error> {
-        if buf.is_empty() {
-            return Ok(0);
-        }
         // SAFETY: `raw` is the request of the call in progress (the borrow
-        // says so) and `buf` is writable for its length.
-        let n = unsafe { (self.host.body_read)(self.raw, buf.as_mut_ptr(), buf.len()) };
-        if n >= 0 {
-            Ok((n as usize).min(buf.len()))
-        } else {
-            Err(Error::from_code(n as i32).unwrap_or(Error::INTERNAL))
-        }
+        // says so).
+        unsafe { read_body(self.host, self.raw, buf) }
+    }
+}
+
+/// One `body_read` into `buf`: the count, 0 at the end.
+///
+/// # Safety
+/// `raw` is the request of the call in progress.
+unsafe fn read_body(host: &Host, raw: *const M0Request, buf: &mut [u8]) -> Result<usize, Error> {
+    if buf.is_empty() {
+        return Ok(0);
+    }
+    // SAFETY: the caller's request; `buf` is writable for its length.
+    let n = unsafe { (host.body_read)(raw, buf.as_mut_ptr(), buf.len()) };
+    if n >= 0 {
+        Ok((n as usize).min(buf.len()))
+    } else {
+        Err(Error::from_code(n as i32).unwrap_or(Error::INTERNAL))
     }
 }
 
@@ -243,17 +252,9 @@ impl RawBody {
         if self.raw.is_null() {
             return Err(Error::STATE);
         }
-        if buf.is_empty() {
-            return Ok(0);
-        }
         // SAFETY: a live request of the call in progress (detach_body's
-        // contract); `buf` is writable for its length.
-        let n = unsafe { (self.host.body_read)(self.raw, buf.as_mut_ptr(), buf.len()) };
-        if n >= 0 {
-            Ok((n as usize).min(buf.len()))
-        } else {
-            Err(Error::from_code(n as i32).unwrap_or(Error::INTERNAL))
-        }
+        // contract).
+        unsafe { read_body(self.host, self.raw, buf) }
     }
 
     /// Every later read is refused.

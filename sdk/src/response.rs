@@ -50,6 +50,16 @@ pub enum Length {
     Unknown,
 }
 
+impl Length {
+    /// The ABI's `content_length` argument.
+    fn declared(self) -> Result<i64, Error> {
+        match self {
+            Length::Exact(n) => i64::try_from(n).map_err(|_| Error::INVALID),
+            Length::Unknown => Ok(M0_LENGTH_UNKNOWN),
+        }
+    }
+}
+
 /// Proof that a response was finished: only [`Response::send`],
 /// [`BodyWriter::finish`] and [`RawResponse::sent`] make one.
 #[must_use]
@@ -105,10 +115,7 @@ impl<'a> Response<'a> {
         headers: &[Header<'_>],
         length: Length,
     ) -> Result<BodyWriter<'a>, Error> {
-        let declared = match length {
-            Length::Exact(n) => i64::try_from(n).map_err(|_| Error::INVALID)?,
-            Length::Unknown => M0_LENGTH_UNKNOWN,
-        };
+        let declared = length.declared()?;
         // SAFETY: `raw` is this call's response; the headers are alive for
         // the call.
         Error::check(unsafe {
@@ -223,10 +230,7 @@ impl RawResponse {
         length: Length,
     ) -> Result<(), Error> {
         let raw = self.live()?;
-        let declared = match length {
-            Length::Exact(n) => i64::try_from(n).map_err(|_| Error::INVALID)?,
-            Length::Unknown => M0_LENGTH_UNKNOWN,
-        };
+        let declared = length.declared()?;
         // SAFETY: `raw` is the live response of the call (detach's contract).
         Error::check(unsafe {
             (self.host.response_start)(raw, status, Header::raw(headers), headers.len(), declared)

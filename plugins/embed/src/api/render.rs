@@ -105,7 +105,7 @@ pub fn shrink_rows(embeddings: &mut Vec<f32>, dim: usize, keep: usize, renormali
 }
 
 fn check(embeddings: &[f32], dim: usize, flavor: Flavor) -> Result<(), ApiError> {
-    if dim == 0 || embeddings.len() % dim != 0 {
+    if dim == 0 || !embeddings.len().is_multiple_of(dim) {
         return Err(ApiError::internal(
             flavor,
             &format!(
