@@ -561,3 +561,39 @@ fn without_model_dir_the_default_package_is_found_in_the_venv_or_its_install_is_
         "{log}"
     );
 }
+
+#[test]
+fn compute_threads_come_from_m0_embed_threads_and_size_the_pool() {
+    let p = plugin("embed");
+    let dir = minilm();
+    let doctor = |threads: &str| -> Value {
+        let mut cmd = command(&[
+            "--doctor",
+            "--plugin",
+            p.to_str().unwrap(),
+            dir.to_str().unwrap(),
+        ]);
+        cmd.env("M0_EMBED_THREADS", threads);
+        let out = cmd.output().unwrap();
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
+    };
+    let one = doctor("1");
+    let two = doctor("2");
+    assert_eq!(one["plugin"]["compute_threads"], 1, "{one}");
+    assert_eq!(two["plugin"]["compute_threads"], 2, "{two}");
+    assert_eq!(two["plugin"]["facts"]["embed.threads"], "2", "{two}");
+    // The pool: usable CPUs divided by the compute threads, at least one.
+    let cpus = one["topology"]["usable_cpus"].as_u64().unwrap();
+    let initial = |v: &Value| {
+        v["topology"]["handler_threads"]["initial"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(initial(&one), cpus.max(1), "{one}");
+    assert_eq!(initial(&two), (cpus / 2).max(1), "{two}");
+    // A value that is no number is refused by name, with 78.
+    let bad = doctor("many");
+    assert_eq!(bad["exit"], 78, "{bad}");
+    assert!(bad.to_string().contains("M0_EMBED_THREADS"), "{bad}");
+}
