@@ -47,19 +47,7 @@ struct Reference {
 fn reference() -> Reference {
     let path = support::repo_root().join("tests/data/minilm_reference.json");
     let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let rows = |k: &str| -> Vec<Vec<f64>> {
-        v[k].as_array()
-            .unwrap()
-            .iter()
-            .map(|r| {
-                r.as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|x| x.as_f64().unwrap())
-                    .collect()
-            })
-            .collect()
-    };
+    let rows = |k: &str| vectors(&v[k]);
     Reference {
         sentences: v["sentences"]
             .as_array()

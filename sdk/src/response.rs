@@ -66,10 +66,10 @@ impl Length {
 #[derive(Debug)]
 pub struct Sent(());
 
-/// The response, not yet begun.
+/// The response, not yet begun. Its calls go through the same
+/// [`RawResponse`] as a detached one's, with the order made by the types.
 pub struct Response<'a> {
-    raw: *mut M0Response,
-    host: &'static Host,
+    inner: RawResponse,
     call: PhantomData<&'a mut M0Response>,
 }
 
@@ -78,26 +78,18 @@ impl<'a> Response<'a> {
     /// `raw` is the host's response for the call in progress.
     pub(crate) unsafe fn new(raw: *mut M0Response, host: &'static Host) -> Response<'a> {
         Response {
-            raw,
-            host,
+            inner: RawResponse {
+                raw,
+                host,
+                finished: false,
+            },
             call: PhantomData,
         }
     }
 
     /// Status, headers and the whole body in one call (one `writev`).
-    pub fn send(self, status: u16, headers: &[Header<'_>], body: &[u8]) -> Result<Sent, Error> {
-        // SAFETY: `raw` is this call's response; headers and body are alive
-        // for the call.
-        Error::check(unsafe {
-            (self.host.response_send)(
-                self.raw,
-                status,
-                Header::raw(headers),
-                headers.len(),
-                body.as_ptr(),
-                body.len(),
-            )
-        })?;
+    pub fn send(mut self, status: u16, headers: &[Header<'_>], body: &[u8]) -> Result<Sent, Error> {
+        self.inner.send(status, headers, body)?;
         Ok(Sent(()))
     }
 
@@ -110,26 +102,14 @@ impl<'a> Response<'a> {
 
     /// Begins the response; its body is then written with the writer.
     pub fn start(
-        self,
+        mut self,
         status: u16,
         headers: &[Header<'_>],
         length: Length,
     ) -> Result<BodyWriter<'a>, Error> {
-        let declared = length.declared()?;
-        // SAFETY: `raw` is this call's response; the headers are alive for
-        // the call.
-        Error::check(unsafe {
-            (self.host.response_start)(
-                self.raw,
-                status,
-                Header::raw(headers),
-                headers.len(),
-                declared,
-            )
-        })?;
+        self.inner.start(status, headers, length)?;
         Ok(BodyWriter {
-            raw: self.raw,
-            host: self.host,
+            inner: self.inner,
             call: PhantomData,
         })
     }
@@ -144,18 +124,13 @@ impl<'a> Response<'a> {
     /// response has returned: drop it or [`RawResponse::invalidate`] it
     /// first.
     pub unsafe fn detach(self) -> RawResponse {
-        RawResponse {
-            raw: self.raw,
-            host: self.host,
-            finished: false,
-        }
+        self.inner
     }
 }
 
 /// A started response's body.
 pub struct BodyWriter<'a> {
-    raw: *mut M0Response,
-    host: &'static Host,
+    inner: RawResponse,
     call: PhantomData<&'a mut M0Response>,
 }
 
@@ -163,16 +138,13 @@ impl BodyWriter<'_> {
     /// Appends body bytes: with an unknown length each call is one chunk.
     /// They are on the wire (or in the socket buffer) when this returns.
     pub fn write(&mut self, data: &[u8]) -> Result<(), Error> {
-        // SAFETY: `raw` is this call's started response; `data` is alive
-        // for the call.
-        Error::check(unsafe { (self.host.response_write)(self.raw, data.as_ptr(), data.len()) })
+        self.inner.write(data)
     }
 
     /// Ends the response. A sized response that got fewer bytes than it
     /// declared is cut off: [`Error::STATE`].
-    pub fn finish(self) -> Result<Sent, Error> {
-        // SAFETY: `raw` is this call's started response.
-        Error::check(unsafe { (self.host.response_finish)(self.raw) })?;
+    pub fn finish(mut self) -> Result<Sent, Error> {
+        self.inner.finish()?;
         Ok(Sent(()))
     }
 }
