@@ -16,6 +16,9 @@
  * - 1.2: M0Host.fact: a plugin states facts about how it will run (its
  *   runtime's version, modules that do not survive fork()), which
  *   m0serve --doctor reports and the startup checks read.
+ * - 1.3: M0PluginInfo.max_batch_bytes: with M0_CAP_BATCH, the most
+ *   body bytes one handle_batch call holds (a stand-in for the work a
+ *   batch costs, such as an embedding model's tokens).
  */
 
 #ifndef M0SERVE_H
@@ -55,7 +58,7 @@ M0_EXPORT int32_t m0_plugin_init(const M0Host *host, const M0InitArgs *args,
 #define M0_ABI_MAJOR 1
 
 // Minor ABI version: grows with additive changes.
-#define M0_ABI_MINOR 2
+#define M0_ABI_MINOR 3
 
 // Success.
 #define M0_OK 0
@@ -140,6 +143,10 @@ M0_EXPORT int32_t m0_plugin_init(const M0Host *host, const M0InitArgs *args,
 #define M0_START_NEEDS_EXEC 2
 
 // Capability bit: `handle_batch` may be called with several requests.
+// A handler thread that takes work takes every request already queued,
+// up to `max_batch` requests and `max_batch_bytes` body bytes, and hands
+// them over in one call; it never waits for more to arrive. Every request
+// in a batch has its whole body; each belongs to another connection.
 #define M0_CAP_BATCH 1
 
 // Capability bit: the plugin reports lock wait with `M0_COUNTER_LOCK_WAIT_NS`.
@@ -228,8 +235,15 @@ typedef struct M0PluginInfo {
   uint32_t compute_threads;
   // `M0_CAP_*` bits.
   uint32_t caps;
-  // With `M0_CAP_BATCH`: the most requests in one `handle_batch` call.
+  // With `M0_CAP_BATCH`: the most requests in one `handle_batch` call;
+  // 0 means no limit.
   uint32_t max_batch;
+  // 1.3, with `M0_CAP_BATCH`: the most body bytes in one `handle_batch`
+  // call, summed over its requests; 0 means no limit. Body bytes stand
+  // for the work a request costs (an embedding model's tokens). A request
+  // larger than this on its own is still served, in a batch of one. Read
+  // only when `size` covers it (`PLUGIN_INFO_BATCH_BYTES_END`).
+  uint32_t max_batch_bytes;
 } M0PluginInfo;
 
 // A request as the plugin sees it. Every view is borrowed from the host and
@@ -374,7 +388,9 @@ typedef int32_t (*M0ThreadStartFn)(void *state, uint32_t thread_index);
 typedef void (*M0ThreadStopFn)(void *state, uint32_t thread_index);
 
 // Handle `count` requests at once (with `M0_CAP_BATCH`); each must be
-// answered through its own response.
+// answered through its own response. A request the call leaves unanswered
+// gets the status of the returned code (500 for `M0_OK`), so one failing
+// request fails alone and a failing call fails only its own requests.
 typedef int32_t (*M0HandleBatchFn)(void *state, const struct M0Request *const *requests, struct M0Response *const *responses, size_t count);
 
 // Called once when the worker drains, after the last request.

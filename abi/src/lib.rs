@@ -36,6 +36,9 @@
 //! - 1.2: `M0Host.fact`: a plugin states facts about how it will run (its
 //!   runtime's version, modules that do not survive `fork()`), which
 //!   `m0serve --doctor` reports and the startup checks read.
+//! - 1.3: `M0PluginInfo.max_batch_bytes`: with `M0_CAP_BATCH`, the most
+//!   body bytes one `handle_batch` call holds (a stand-in for the work a
+//!   batch costs, such as an embedding model's tokens).
 //!
 //! This section is the only copy: `abi/tests/header.rs` puts it at the top
 //! of `include/m0serve.h`.
@@ -46,7 +49,7 @@ use core::ffi::{c_char, c_void};
 /// Major ABI version: a plugin built for another major is refused.
 pub const M0_ABI_MAJOR: u32 = 1;
 /// Minor ABI version: grows with additive changes.
-pub const M0_ABI_MINOR: u32 = 2;
+pub const M0_ABI_MINOR: u32 = 3;
 
 // ---------------------------------------------------------------------------
 // Return codes. Stable, never reused. Negative codes from `handle` map to an
@@ -120,6 +123,10 @@ pub const M0_START_FORK_SAFE: u32 = 1;
 pub const M0_START_NEEDS_EXEC: u32 = 2;
 
 /// Capability bit: `handle_batch` may be called with several requests.
+/// A handler thread that takes work takes every request already queued,
+/// up to `max_batch` requests and `max_batch_bytes` body bytes, and hands
+/// them over in one call; it never waits for more to arrive. Every request
+/// in a batch has its whole body; each belongs to another connection.
 pub const M0_CAP_BATCH: u32 = 1;
 /// Capability bit: the plugin reports lock wait with `M0_COUNTER_LOCK_WAIT_NS`.
 pub const M0_CAP_REPORTS_LOCK_WAIT: u32 = 2;
@@ -241,8 +248,15 @@ pub struct M0PluginInfo {
     pub compute_threads: u32,
     /// `M0_CAP_*` bits.
     pub caps: u32,
-    /// With `M0_CAP_BATCH`: the most requests in one `handle_batch` call.
+    /// With `M0_CAP_BATCH`: the most requests in one `handle_batch` call;
+    /// 0 means no limit.
     pub max_batch: u32,
+    /// 1.3, with `M0_CAP_BATCH`: the most body bytes in one `handle_batch`
+    /// call, summed over its requests; 0 means no limit. Body bytes stand
+    /// for the work a request costs (an embedding model's tokens). A request
+    /// larger than this on its own is still served, in a batch of one. Read
+    /// only when `size` covers it (`PLUGIN_INFO_BATCH_BYTES_END`).
+    pub max_batch_bytes: u32,
 }
 
 // SAFETY: the pointers in a descriptor point to static, immutable strings.
@@ -404,7 +418,9 @@ pub type M0ThreadStartFn = unsafe extern "C" fn(state: *mut c_void, thread_index
 /// Called on each handler thread before it exits.
 pub type M0ThreadStopFn = unsafe extern "C" fn(state: *mut c_void, thread_index: u32);
 /// Handle `count` requests at once (with `M0_CAP_BATCH`); each must be
-/// answered through its own response.
+/// answered through its own response. A request the call leaves unanswered
+/// gets the status of the returned code (500 for `M0_OK`), so one failing
+/// request fails alone and a failing call fails only its own requests.
 pub type M0HandleBatchFn = unsafe extern "C" fn(
     state: *mut c_void,
     requests: *const *const M0Request,
@@ -496,6 +512,11 @@ pub const MIN_PLUGIN_CALLS_SIZE: u32 =
 pub const MIN_HOST_SIZE: u32 = (core::mem::offset_of!(M0Host, counter_add)
     + size_of::<unsafe extern "C" fn(u32, u64)>()) as u32;
 
+/// The end of `M0PluginInfo::max_batch_bytes` (1.3): the host reads the
+/// field only when `covers(info.size, PLUGIN_INFO_BATCH_BYTES_END)`.
+pub const PLUGIN_INFO_BATCH_BYTES_END: usize =
+    core::mem::offset_of!(M0PluginInfo, max_batch_bytes) + size_of::<u32>();
+
 /// The end of `M0Host::fact` (1.2): a plugin calls `fact` only when
 /// `covers(host.size, HOST_FACT_END)`.
 pub const HOST_FACT_END: usize = core::mem::offset_of!(M0Host, fact)
@@ -520,3 +541,4 @@ const _: fn(&M0Host) -> &unsafe extern "C" fn(*const u8, usize, *const u8, usize
     |host| &host.fact;
 // Fields added after 1.0 lie past the 1.0 end, so a 1.0 reader never sees them.
 const _: () = assert!(HOST_FACT_END > MIN_HOST_SIZE as usize);
+const _: () = assert!(PLUGIN_INFO_BATCH_BYTES_END > MIN_PLUGIN_INFO_SIZE as usize);

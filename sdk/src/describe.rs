@@ -58,6 +58,7 @@ pub struct Description {
     pub(crate) compute_threads: u32,
     pub(crate) caps: u32,
     pub(crate) max_batch: u32,
+    pub(crate) max_batch_bytes: u32,
 }
 
 impl Description {
@@ -75,6 +76,7 @@ impl Description {
             compute_threads: 1,
             caps: 0,
             max_batch: 0,
+            max_batch_bytes: 0,
         }
     }
 
@@ -131,13 +133,26 @@ impl Description {
         self
     }
 
+    /// With [`batch`](Self::batch): the most body bytes one batch holds,
+    /// summed over its requests (they stand for the work a request costs,
+    /// such as an embedding model's tokens); a request larger on its own is
+    /// still served, alone. Needs a host of ABI 1.3 or later.
+    pub const fn batch_bytes(mut self, max: u32) -> Description {
+        self.max_batch_bytes = max;
+        self
+    }
+
     /// The least ABI minor whose features this description uses: a host
     /// refuses a plugin that declares a newer minor than its own, so an SDK
     /// plugin declares only what it needs and loads on every host that has
     /// it. Host functions added later (`fact`, 1.2) are looked up by the
     /// table's size instead, and do nothing on an older host.
     pub const fn abi_minor(&self) -> u32 {
-        if self.caps & abi::M0_CAP_INLINE != 0 {
+        if self.max_batch_bytes != 0 {
+            // M0PluginInfo.max_batch_bytes came in 1.3: an older host would
+            // ignore the limit.
+            3
+        } else if self.caps & abi::M0_CAP_INLINE != 0 {
             // M0_CAP_INLINE, M0Request.flags and M0_DEFER came in 1.1.
             1
         } else {
@@ -171,6 +186,7 @@ impl Description {
             compute_threads: self.compute_threads,
             caps: self.caps,
             max_batch: self.max_batch,
+            max_batch_bytes: self.max_batch_bytes,
         }
     }
 
@@ -195,6 +211,8 @@ mod tests {
         assert_eq!(inline.abi_minor, 1);
         assert_eq!(inline.caps, abi::M0_CAP_INLINE | abi::M0_CAP_BATCH);
         assert_eq!(inline.max_batch, 8);
+        let sized = Description::new(c"p", c"1").batch(8).batch_bytes(4096);
+        assert_eq!((sized.to_info().abi_minor, sized.to_info().max_batch_bytes), (3, 4096));
         let held = Description::new(c"p", c"1")
             .call_model(CallModel::Pinned)
             .process_lock(ProcessLock::Held)

@@ -32,7 +32,10 @@ pub struct Descriptor {
     pub needs_exec: bool,
     pub compute_threads: u32,
     pub batch: bool,
+    /// 0: no limit.
     pub max_batch: u32,
+    /// 0: no limit (and what a plugin before 1.3 declares).
+    pub max_batch_bytes: u32,
     pub reports_lock_wait: bool,
     /// Declares `M0_CAP_INLINE`: its handler never blocks.
     pub inline: bool,
@@ -61,6 +64,9 @@ impl Descriptor {
             compute_threads: info.compute_threads.max(1),
             batch: info.caps & abi::M0_CAP_BATCH != 0,
             max_batch: info.max_batch,
+            // Zero when the plugin's struct ends before it (see
+            // `loader::copy_declared`).
+            max_batch_bytes: info.max_batch_bytes,
             reports_lock_wait: info.caps & abi::M0_CAP_REPORTS_LOCK_WAIT != 0,
             inline: info.caps & abi::M0_CAP_INLINE != 0,
         }
@@ -129,7 +135,7 @@ impl Descriptor {
     pub fn to_lines(&self) -> String {
         format!(
             "name={}\nversion={}\nabi_major={}\nabi_minor={}\ncall_model={}\nmax_concurrency={}\nprocess_lock={}\n\
-             needs_exec={}\ncompute_threads={}\nbatch={}\nmax_batch={}\nreports_lock_wait={}\ninline={}\n",
+             needs_exec={}\ncompute_threads={}\nbatch={}\nmax_batch={}\nmax_batch_bytes={}\nreports_lock_wait={}\ninline={}\n",
             self.name.replace('\n', " "),
             self.version.replace('\n', " "),
             self.abi_major,
@@ -141,6 +147,7 @@ impl Descriptor {
             self.compute_threads,
             u8::from(self.batch),
             self.max_batch,
+            self.max_batch_bytes,
             u8::from(self.reports_lock_wait),
             u8::from(self.inline),
         )
@@ -175,6 +182,7 @@ impl Descriptor {
             compute_threads: num("compute_threads")?,
             batch: num("batch")? != 0,
             max_batch: num("max_batch")?,
+            max_batch_bytes: num("max_batch_bytes")?,
             reports_lock_wait: num("reports_lock_wait")? != 0,
             inline: num("inline")? != 0,
         })

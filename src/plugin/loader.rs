@@ -136,6 +136,7 @@ pub struct Calls {
         unsafe extern "C" fn(*mut c_void, *const abi::M0Request, *mut abi::M0Response) -> i32,
     pub thread_start: Option<unsafe extern "C" fn(*mut c_void, u32) -> i32>,
     pub thread_stop: Option<unsafe extern "C" fn(*mut c_void, u32)>,
+    pub handle_batch: Option<abi::M0HandleBatchFn>,
     pub shutdown: Option<unsafe extern "C" fn(*mut c_void)>,
     pub state: *mut c_void,
 }
@@ -259,6 +260,7 @@ impl Plugin {
             handle,
             thread_start: table.thread_start,
             thread_stop: table.thread_stop,
+            handle_batch: table.handle_batch,
             shutdown: table.shutdown,
             state,
         })

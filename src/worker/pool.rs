@@ -696,6 +696,7 @@ mod tests {
             handle: never_called,
             thread_start: None,
             thread_stop: Some(slow_stop),
+            handle_batch: None,
             shutdown: None,
             state: std::ptr::null_mut(),
         };
@@ -744,6 +745,7 @@ mod tests {
             handle: never_called,
             thread_start: Some(track_start),
             thread_stop: Some(track_stop),
+            handle_batch: None,
             shutdown: None,
             state: std::ptr::null_mut(),
         };

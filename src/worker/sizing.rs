@@ -118,6 +118,7 @@ mod tests {
             compute_threads: compute,
             batch: false,
             max_batch: 0,
+            max_batch_bytes: 0,
             reports_lock_wait: false,
             inline: false,
         }
