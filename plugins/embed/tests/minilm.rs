@@ -2,7 +2,8 @@
 //! installed into target/embed-venv) against sentence-transformers'
 //! embeddings in tests/data/minilm_reference.json: every sentence alone and
 //! all of them as one mixed-length batch, normalized and not, on 1 and 2
-//! compute threads.
+//! compute threads; one pass cut back per request, as the plugin serves a
+//! batch of requests.
 
 mod common;
 
@@ -180,4 +181,54 @@ fn minilm_concurrent_calls_agree() {
             assert!(max_abs_diff(&got, &want[k * 384..]) < 1e-5);
         }
     });
+}
+
+/// What the plugin does with a batch of requests: one forward pass over all
+/// their inputs, cut back per request, each normalized as it asked. Every
+/// request's rows match its own pass; a single part is its own pass.
+#[test]
+fn minilm_one_pass_split_per_request_matches_a_pass_per_request() {
+    let r = reference();
+    let m = model(1);
+    let texts: Vec<&str> = r.sentences.iter().map(String::as_str).collect();
+    let enc = m.tokenize(&texts, true).unwrap();
+    let mut parts = Vec::new();
+    let (mut at, mut k) = (0, 0);
+    while at < enc.len() {
+        let n = (k % 3 + 1).min(enc.len() - at);
+        parts.push((n, k % 2 == 0));
+        at += n;
+        k += 1;
+    }
+    let split = m.embed_split(&enc, &parts);
+    assert_eq!(split.len(), parts.len());
+    let mut at = 0;
+    for (k, (&(n, normalize), got)) in parts.iter().zip(&split).enumerate() {
+        let alone = m.embed(&enc[at..at + n], normalize);
+        assert_eq!(got.len(), alone.len(), "part {k}");
+        let d = max_abs_diff(got, &alone);
+        assert!(d < 1e-5, "part {k} (normalize {normalize}): max diff {d}");
+        for (i, (g, a)) in got.chunks(384).zip(alone.chunks(384)).enumerate() {
+            let c = cosine(g, a);
+            assert!(c > 0.99999, "part {k} row {i}: cosine {c}");
+            let want = if normalize {
+                &r.embeddings[at + i]
+            } else {
+                &r.unnormalized[at + i]
+            };
+            assert_close(g, want, &format!("part {k} row {i} against the reference"));
+        }
+        at += n;
+    }
+    for normalize in [true, false] {
+        let one = m.embed_split(&enc, &[(enc.len(), normalize)]);
+        let whole = m.embed(&enc, normalize);
+        assert!(
+            one[0]
+                .iter()
+                .zip(&whole)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "normalize {normalize}: one part differs from embed"
+        );
+    }
 }

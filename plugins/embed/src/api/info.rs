@@ -28,9 +28,11 @@ pub struct InfoFields<'a> {
     pub max_concurrent_requests: usize,
     /// The model's token limit per input.
     pub max_input_length: usize,
-    /// Most tokens in one forward batch.
+    /// Most tokens in one forward batch: the budget batches are filled
+    /// against (a larger request may still run, alone).
     pub max_batch_tokens: usize,
-    /// Most inputs in one forward batch, if capped.
+    /// Most requests in one forward batch, if capped (each request holds
+    /// up to `max_client_batch_size` inputs).
     pub max_batch_requests: Option<usize>,
     /// Most inputs in one client request.
     pub max_client_batch_size: usize,

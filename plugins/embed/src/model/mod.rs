@@ -246,12 +246,46 @@ impl Model {
                 dim,
                 o,
             );
-            if normalize {
-                pooling::normalize(self.isa, o);
-            }
             row += len;
         }
+        if normalize {
+            self.normalize_rows(&mut out);
+        }
         out
+    }
+
+    /// The embeddings of `batch` in one forward pass, cut into consecutive
+    /// parts: `(n, normalize)` takes the next `n` inputs' rows, normalised
+    /// or not. Part `k` is what `embed` of its inputs with its `normalize`
+    /// gives, within float rounding: the pass is shared, so requests that
+    /// differ in `normalize` need not wait for a pass each, and normalising
+    /// a pooled row is the same step bit for bit either way.
+    ///
+    /// Panics unless the parts' `n` add up to `batch.len()`.
+    pub fn embed_split(&self, batch: &[Encoded], parts: &[(usize, bool)]) -> Vec<Vec<f32>> {
+        let total: usize = parts.iter().map(|&(n, _)| n).sum();
+        assert_eq!(total, batch.len(), "the parts cover the batch exactly");
+        let rows = self.embed(batch, false);
+        let dim = self.info.dim;
+        let mut rest = rows.as_slice();
+        parts
+            .iter()
+            .map(|&(n, normalize)| {
+                let (mine, tail) = rest.split_at(n * dim);
+                rest = tail;
+                let mut mine = mine.to_vec();
+                if normalize {
+                    self.normalize_rows(&mut mine);
+                }
+                mine
+            })
+            .collect()
+    }
+
+    fn normalize_rows(&self, rows: &mut [f32]) {
+        for row in rows.chunks_exact_mut(self.info.dim) {
+            pooling::normalize(self.isa, row);
+        }
     }
 
     /// FLOPs of the dense layers for a batch of `tokens` tokens in all (for
