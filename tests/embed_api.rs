@@ -1,7 +1,8 @@
 //! The embed plugin over real sockets: TEI's and OpenAI's routes answered
 //! with all-MiniLM-L6-v2 embeddings that match sentence-transformers
 //! (tests/data/minilm_reference.json), one request at a time and
-//! concurrently, in fork and spawn mode; the real clients (`openai`,
+//! concurrently, in fork and spawn mode, batched by the core into one
+//! forward pass and not; the real clients (`openai`,
 //! huggingface_hub) unchanged; each bad input a JSON error with its status,
 //! and never a worker lost; a tiny random BERT against a numpy forward
 //! pass; bad model folders refused with 78.
@@ -12,6 +13,7 @@ mod venv;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Barrier;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -213,6 +215,180 @@ fn normalize_false_gives_the_models_pooled_vectors_and_long_inputs_are_refused_u
     // The same connection goes on.
     let (status, _, _) = post(&mut c, "/embed", &json!({"inputs": "still here"}));
     assert_eq!(status, 200);
+}
+
+/// One request of a concurrent burst: where it goes, its body, and the
+/// reference rows its reply must match, `(sentence, normalized)` each.
+struct Probe {
+    path: &'static str,
+    body: Value,
+    want: Vec<(usize, bool)>,
+}
+
+/// Every reference sentence alone (the empty one is refused, as alone),
+/// then requests of two that mix `normalize` and both APIs: what a batch
+/// of requests must keep apart.
+fn burst(r: &Reference) -> Vec<Probe> {
+    let mut probes: Vec<Probe> = (0..r.sentences.len())
+        .map(|i| Probe {
+            path: "/embed",
+            body: json!({"inputs": r.sentences[i], "truncate": true}),
+            want: if r.sentences[i].is_empty() {
+                vec![]
+            } else {
+                vec![(i, true)]
+            },
+        })
+        .collect();
+    for (a, b, normalize) in [
+        (3, 14, false),
+        (6, 23, true),
+        (24, 1, false),
+        (11, 25, true),
+    ] {
+        probes.push(Probe {
+            path: "/embed",
+            body: json!({
+                "inputs": [r.sentences[a], r.sentences[b]],
+                "normalize": normalize,
+                "truncate": true,
+            }),
+            want: vec![(a, normalize), (b, normalize)],
+        });
+    }
+    probes.push(Probe {
+        path: "/v1/embeddings",
+        body: json!({"input": [r.sentences[7], r.sentences[8]], "encoding_format": "float"}),
+        want: vec![(7, true), (8, true)],
+    });
+    probes
+}
+
+/// Sends every probe at once, each on its own connection; the status, the
+/// rows and the reply of each, in the probes' order.
+fn fire(s: &Server, probes: &[Probe]) -> Vec<(u16, Vec<Vec<f64>>, Value)> {
+    let start = Barrier::new(probes.len());
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = probes
+            .iter()
+            .map(|p| {
+                let start = &start;
+                scope.spawn(move || {
+                    let mut c = Client::connect(s.addr);
+                    start.wait();
+                    let (status, v, _) = post(&mut c, p.path, &p.body);
+                    let rows = match (status, p.path) {
+                        (200, "/embed") => vectors(&v),
+                        (200, _) => v["data"]
+                            .as_array()
+                            .unwrap_or_else(|| panic!("no data: {v}"))
+                            .iter()
+                            .map(|d| {
+                                d["embedding"]
+                                    .as_array()
+                                    .unwrap_or_else(|| panic!("no embedding: {d}"))
+                                    .iter()
+                                    .map(|x| x.as_f64().unwrap())
+                                    .collect()
+                            })
+                            .collect(),
+                        _ => vec![],
+                    };
+                    (status, rows, v)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// SIGTERM, then the worker's closing `batching:` line, if it wrote one.
+fn stop_and_read_batching(mut s: Server) -> (Option<String>, String) {
+    s.signal(libc::SIGTERM);
+    assert!(
+        s.wait_exit(Duration::from_secs(30)).is_some(),
+        "{}",
+        s.log()
+    );
+    let log = s.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("batching:"))
+        .map(str::to_string);
+    (line, log)
+}
+
+/// M of `batching: N call(s) for M request(s), ...`.
+fn batched_requests(line: &str) -> Option<usize> {
+    let rest = line.split("call(s) for ").nth(1)?;
+    rest.split_whitespace().next()?.parse().ok()
+}
+
+#[test]
+fn batched_and_unbatched_embeddings_match_the_reference() {
+    let r = reference();
+    let probes = burst(&r);
+    let norm = |x: &[f64]| x.iter().map(|a| a * a).sum::<f64>().sqrt();
+    let mut runs = Vec::new();
+    for flags in [
+        &["--workers", "1", "--no-batch"][..],
+        &["--workers", "1"][..],
+    ] {
+        let s = serve(flags);
+        let got = fire(&s, &probes);
+        for (p, (status, rows, v)) in probes.iter().zip(&got) {
+            if p.want.is_empty() {
+                assert_eq!((*status, &v["error_type"]), (400, &json!("Empty")), "{v}");
+                continue;
+            }
+            assert_eq!(*status, 200, "{flags:?} {}: {v}", p.body);
+            assert_eq!(rows.len(), p.want.len(), "{flags:?} {}", p.body);
+            for (row, &(i, normalized)) in rows.iter().zip(&p.want) {
+                let (want, what) = if normalized {
+                    (&r.embeddings[i], "normalized")
+                } else {
+                    (&r.unnormalized[i], "unnormalized")
+                };
+                let cos = cosine(row, want);
+                assert!(
+                    cos >= 0.9999,
+                    "{flags:?}: sentence {i} {what}: cosine {cos}"
+                );
+                // A batch mixes requests that normalize and ones that do
+                // not: each row keeps its own request's length.
+                let ratio = norm(row) / norm(want);
+                assert!(
+                    (ratio - 1.0).abs() < 1e-3,
+                    "{flags:?}: sentence {i} {what}: norm ratio {ratio}"
+                );
+            }
+        }
+        let (line, log) = stop_and_read_batching(s);
+        runs.push((got, line, log));
+    }
+    let (unbatched, off_line, off_log) = &runs[0];
+    let (batched, on_line, on_log) = &runs[1];
+    for (k, ((a, ra, _), (b, rb, _))) in unbatched.iter().zip(batched).enumerate() {
+        assert_eq!(a, b, "probe {k}: status");
+        assert_eq!(ra.len(), rb.len(), "probe {k}: rows");
+        for (row, (x, y)) in ra.iter().zip(rb).enumerate() {
+            let cos = cosine(x, y);
+            assert!(
+                cos > 0.99999,
+                "probe {k} row {row}: batched against unbatched, cosine {cos}"
+            );
+        }
+    }
+    // Every request sent reached the plugin through a batch call: the
+    // probes are all this server was sent.
+    let on = on_line
+        .as_deref()
+        .unwrap_or_else(|| panic!("no batching line:\n{on_log}"));
+    assert_eq!(batched_requests(on), Some(probes.len()), "{on}");
+    assert!(
+        off_line.as_deref().is_none_or(|l| l.contains("off")),
+        "--no-batch still batched: {off_line:?}\n{off_log}"
+    );
 }
 
 /// What one bad request gets: status, and the JSON error's type field.
@@ -584,4 +760,63 @@ fn compute_threads_come_from_m0_embed_threads_and_size_the_pool() {
     let bad = doctor("many");
     assert_eq!(bad["exit"], 78, "{bad}");
     assert!(bad.to_string().contains("M0_EMBED_THREADS"), "{bad}");
+}
+
+#[test]
+fn batch_limits_come_from_their_variables_and_are_declared() {
+    let p = plugin("embed");
+    let dir = minilm();
+    let doctor = |env: &[(&str, &str)]| -> Value {
+        let mut cmd = command(&[
+            "--doctor",
+            "--plugin",
+            p.to_str().unwrap(),
+            dir.to_str().unwrap(),
+        ]);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
+    };
+    let plain = doctor(&[]);
+    let d = &plain["plugin"];
+    assert_eq!(d["declares_batch"], true, "{plain}");
+    assert_eq!(d["max_batch"], 32, "{plain}");
+    // The byte limit is ABI 1.3's.
+    assert_eq!(d["abi"], "1.3", "{plain}");
+    assert_eq!(d["facts"]["embed.max_batch_requests"], "32", "{plain}");
+    assert_eq!(d["facts"]["embed.max_batch_bytes"], "65536", "{plain}");
+    let set = doctor(&[
+        ("M0_EMBED_MAX_BATCH_REQUESTS", "8"),
+        ("M0_EMBED_MAX_BATCH_BYTES", "4096"),
+    ]);
+    assert_eq!(set["plugin"]["max_batch"], 8, "{set}");
+    assert_eq!(
+        set["plugin"]["facts"]["embed.max_batch_bytes"], "4096",
+        "{set}"
+    );
+    for (name, value) in [
+        ("M0_EMBED_MAX_BATCH_REQUESTS", "0"),
+        ("M0_EMBED_MAX_BATCH_BYTES", "lots"),
+        ("M0_EMBED_MAX_BATCH_BYTES", "4294967296"),
+    ] {
+        let bad = doctor(&[(name, value)]);
+        assert_eq!(bad["exit"], 78, "{name}={value}: {bad}");
+        assert!(bad.to_string().contains(name), "{bad}");
+    }
+    // /info says the same limits.
+    let s = serve_dir(
+        &dir,
+        &[],
+        &[
+            ("M0_EMBED_MAX_BATCH_REQUESTS", "8"),
+            ("M0_EMBED_MAX_BATCH_BYTES", "131072"),
+        ],
+    );
+    let info: Value = serde_json::from_slice(&Client::connect(s.addr).get("/info").body).unwrap();
+    assert_eq!(info["max_batch_requests"], 8, "{info}");
+    // 4 bytes a token; never below one whole request's 32 x 256 tokens.
+    assert_eq!(info["max_batch_tokens"], 32768, "{info}");
 }
