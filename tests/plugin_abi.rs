@@ -237,7 +237,11 @@ fn a_batching_plugin_written_for_abi_1_0_is_batched_with_no_byte_limit() {
         assert_eq!(r.body, b"served by a 1.0 plugin\n");
     }
     s.signal(libc::SIGTERM);
-    assert!(s.wait_exit(Duration::from_secs(10)).is_some(), "{}", s.log());
+    assert!(
+        s.wait_exit(Duration::from_secs(10)).is_some(),
+        "{}",
+        s.log()
+    );
     assert!(
         s.log().contains("batching: ") && s.log().contains("for 16 request(s)"),
         "{}",
