@@ -71,6 +71,10 @@ fn c_lays_out_every_boundary_struct_as_rust_does() {
             "M0PluginInfo.max_batch",
             offset_of!(abi::M0PluginInfo, max_batch),
         ),
+        (
+            "M0PluginInfo.max_batch_bytes",
+            offset_of!(abi::M0PluginInfo, max_batch_bytes),
+        ),
         ("M0PluginInfo.name", offset_of!(abi::M0PluginInfo, name)),
         ("M0Request.headers", offset_of!(abi::M0Request, headers)),
         (
@@ -204,6 +208,42 @@ fn a_plugin_written_for_abi_1_0_loads_serves_and_is_never_called_inline() {
             "inline calls off (M0_CAP_INLINE ignored: the plugin is built for ABI 1.0",
             Duration::from_secs(10)
         ),
+        "{}",
+        s.log()
+    );
+}
+
+#[test]
+fn a_batching_plugin_written_for_abi_1_0_is_batched_with_no_byte_limit() {
+    // Its descriptor ends before max_batch_bytes (1.3): the host must not
+    // read past it, and reads the limit as absent.
+    let p = abi_1_0_plugin("v1_0_batch", &["-DBATCH"]);
+    let mut s = Server::start(&["--plugin", p.to_str().unwrap()]);
+    assert!(
+        s.wait_for_log(
+            "batching on (up to 4 requests, any number of bytes per call)",
+            Duration::from_secs(10)
+        ),
+        "{}",
+        s.log()
+    );
+    let addr = s.addr;
+    let clients: Vec<_> = (0..16)
+        .map(|_| std::thread::spawn(move || support::get(addr, "/")))
+        .collect();
+    for c in clients {
+        let r = c.join().unwrap();
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body, b"served by a 1.0 plugin\n");
+    }
+    s.signal(libc::SIGTERM);
+    assert!(
+        s.wait_exit(Duration::from_secs(10)).is_some(),
+        "{}",
+        s.log()
+    );
+    assert!(
+        s.log().contains("batching: ") && s.log().contains("for 16 request(s)"),
         "{}",
         s.log()
     );

@@ -44,6 +44,7 @@ static const M0PluginInfo info = {
     .compute_threads = 1,
     .caps = M0_CAP_INLINE,
     .max_batch = 0,
+    .max_batch_bytes = 0,
 };
 
 static int str_eq(M0Str s, const char *lit) {

@@ -12,6 +12,10 @@
  * -DCAPS=N sets M0PluginInfo.caps (default 0): N=4 is a bit 1.0 did not
  * define, which 1.1 made M0_CAP_INLINE.
  *
+ * -DBATCH declares M0_CAP_BATCH with max_batch 4 and a handle_batch that
+ * answers each request as handle does: its 1.0 descriptor ends before
+ * max_batch_bytes (1.3), so a later host must read that limit as absent.
+ *
  * -DMINOR_1 builds it as its author would have for ABI 1.1 instead: the
  * 1.1 header's M0Request ends with `flags`, its minor is 1 and it declares
  * M0_CAP_INLINE, so a later host calls it on the event loop; its host table
@@ -165,6 +169,9 @@ static const M0PluginInfo info = {
     .compute_threads = 1,
 #ifdef MINOR_1
     .caps = CAPS | M0_CAP_INLINE,
+#elif defined(BATCH)
+    .caps = CAPS | 1 /* M0_CAP_BATCH */,
+    .max_batch = 4,
 #else
     .caps = CAPS,
 #endif
@@ -216,7 +223,21 @@ static int32_t handle(void *state, const M0Request *req, M0Response *resp) {
     return M0_ERR_NOT_FOUND;
 }
 
+#ifdef BATCH
+static int32_t handle_batch(void *state, const M0Request *const *requests, M0Response *const *responses,
+                            size_t count) {
+    for (size_t i = 0; i < count; i++) {
+        int32_t code = handle(state, requests[i], responses[i]);
+        if (code != M0_OK) {
+            return code;
+        }
+    }
+    return M0_OK;
+}
+static const M0PluginCalls calls = {.size = sizeof(M0PluginCalls), .handle = handle, .handle_batch = handle_batch};
+#else
 static const M0PluginCalls calls = {.size = sizeof(M0PluginCalls), .handle = handle};
+#endif
 
 static void refuse(M0Error *error, const char *msg) {
     if (error != NULL && error->size >= sizeof(M0Error)) {
