@@ -10,6 +10,7 @@ use clap::Parser;
 use crate::checks;
 use crate::config::{Cli, Config};
 use crate::plugin::init_args::InitArgsOwned;
+use crate::plugin::loader::Calls;
 use crate::plugin::{Plugin, PluginError, probe};
 use crate::process;
 use crate::supervisor::{self, Plan};
@@ -82,7 +83,7 @@ pub fn main() -> i32 {
 
 /// The doctor's probe child: the plugin's init with the arguments the
 /// first forked worker would get, from this process's own command line.
-fn init_in_probe(plugin: &Plugin) -> Result<(), PluginError> {
+fn init_in_probe(plugin: &Plugin) -> Result<Calls, PluginError> {
     let cli = Cli::try_parse().map_err(|e| PluginError {
         exit_code: 2,
         message: e.to_string(),
@@ -90,7 +91,13 @@ fn init_in_probe(plugin: &Plugin) -> Result<(), PluginError> {
     })?;
     let cfg = Config::from_cli(cli);
     let usable = crate::topology::usable_cpus();
-    let plan = worker::sizing::plan(&plugin.descriptor, cfg.cli.blocking_threads, usable);
+    let batching = worker::batching::decide(&plugin.descriptor, cfg.cli.no_batch);
+    let plan = worker::sizing::plan(
+        &plugin.descriptor,
+        cfg.cli.blocking_threads,
+        usable,
+        batching.limits.is_some(),
+    );
     let host = cfg.cli.host.clone();
     let args = InitArgsOwned::new(
         &cfg,
@@ -101,9 +108,7 @@ fn init_in_probe(plugin: &Plugin) -> Result<(), PluginError> {
         &host,
         cfg.cli.port,
     );
-    plugin
-        .init(&crate::plugin::host::HOST, &args.args)
-        .map(|_| ())
+    plugin.init(&crate::plugin::host::HOST, &args.args)
 }
 
 fn refuse(check: &checks::Check) -> i32 {

@@ -11,6 +11,7 @@ use crate::listener::BindError;
 use crate::plugin::descriptor::ProcessLock;
 use crate::plugin::{Descriptor, probe, resolve};
 use crate::process::Mode;
+use crate::worker::batching;
 use crate::worker::sizing::{self, PoolPlan};
 
 /// How long a plugin may take to load in the probe.
@@ -76,6 +77,7 @@ pub struct Findings {
     pub descriptor: Option<Descriptor>,
     pub mode: Option<(Mode, String)>,
     pub pool: Option<PoolPlan>,
+    pub batching: Option<batching::Plan>,
     pub usable_cpus: usize,
     /// The facts the plugin stated in that init (`M0Host::fact`).
     pub facts: Vec<(String, String)>,
@@ -192,9 +194,11 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
             descriptor: probe::probe(&path, PROBE_TIMEOUT),
             init: None,
             facts: Vec::new(),
+            handle_batch: None,
         }
     };
     f.facts = report.facts;
+    let handle_batch = report.handle_batch;
     let descriptor = match report.descriptor {
         Ok(d) => d,
         Err(e) => {
@@ -275,7 +279,16 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
             "add --spawn-workers",
         ));
     }
-    let plan = sizing::plan(&descriptor, cli.blocking_threads, f.usable_cpus);
+    let mut batch_plan = batching::decide(&descriptor, cli.no_batch);
+    // Known only after an init; without one, as declared.
+    batch_plan.require_entry_point(handle_batch.unwrap_or(true));
+    let plan = sizing::plan(
+        &descriptor,
+        cli.blocking_threads,
+        f.usable_cpus,
+        batch_plan.limits.is_some(),
+    );
+    f.batching = Some(batch_plan);
     f.push(Check::pass("handler-threads", plan.reason.clone()));
     if descriptor.process_lock == ProcessLock::Held && !plan.adaptive && plan.initial > 2 {
         f.push(Check::warn(

@@ -57,6 +57,11 @@ pub struct Cli {
     #[arg(long, env = "M0_NO_INLINE", value_parser = parse_bool_flag, num_args = 0, default_missing_value = "true", default_value = "false")]
     pub no_inline: bool,
 
+    /// Call a plugin that declares M0_CAP_BATCH one request at a time
+    /// instead of handing it the requests already queued in one batch.
+    #[arg(long, env = "M0_NO_BATCH", value_parser = parse_bool_flag, num_args = 0, default_missing_value = "true", default_value = "false")]
+    pub no_batch: bool,
+
     /// Turn accept sharing off: with several workers, the worker that
     /// accepts a connection keeps it instead of passing it to a less-loaded
     /// sibling (for measurement). The variable names the setting itself:

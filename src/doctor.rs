@@ -198,8 +198,14 @@ fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
         Some(d) => {
             let (on, why) = crate::worker::sizing::inline_calls(d, cli.no_inline);
             j.bool("inline_calls", on).str("inline_reason", why);
-            let (on, why) =
-                crate::worker::loop_calls::decide(d, cli.no_inline, f.usable_cpus, cli.workers);
+            let batching = f.batching.as_ref().is_some_and(|b| b.limits.is_some());
+            let (on, why) = crate::worker::loop_calls::decide(
+                d,
+                cli.no_inline,
+                f.usable_cpus,
+                cli.workers,
+                batching,
+            );
             j.bool("loop_calls", on).str("loop_calls_reason", &why);
         }
         None => {
@@ -207,13 +213,30 @@ fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
             j.null("loop_calls");
         }
     }
+    j.end_object();
+
     // What the plugin declares about batches is reported under `plugin`;
     // this says what the server does with it.
-    j.bool("batching", false).str(
-        "batching_reason",
-        "the core does not batch requests yet; handle is called once per request",
-    );
-    j.end_object();
+    match &f.batching {
+        Some(plan) => {
+            j.begin_object(Some("batching"))
+                .bool("on", plan.limits.is_some())
+                .str("reason", &plan.reason);
+            // null: no limit, or not batching.
+            let limit = |j: &mut Json, key: &str, n: Option<usize>| {
+                match n {
+                    Some(n) if n != usize::MAX => j.num(key, n),
+                    _ => j.null(key),
+                };
+            };
+            limit(&mut j, "max_requests", plan.limits.map(|l| l.max_requests));
+            limit(&mut j, "max_bytes", plan.limits.map(|l| l.max_bytes));
+            j.end_object();
+        }
+        None => {
+            j.null("batching");
+        }
+    }
 
     j.begin_object(Some("server"))
         .str("host", &cli.host)

@@ -236,7 +236,11 @@ fn doctor_reports_the_plugin_topology_and_limits() {
         "{j:#}"
     );
     assert_eq!(j["plugin"]["declares_batch"], false);
-    assert_eq!(j["topology"]["batching"], false);
+    assert_eq!(j["batching"]["on"], false);
+    assert_eq!(
+        j["batching"]["reason"],
+        "the plugin does not declare M0_CAP_BATCH"
+    );
     assert_eq!(j["topology"]["inline_calls"], true, "{j:#}");
     let mut off = args.clone();
     off.push("--no-inline".into());
@@ -260,7 +264,10 @@ fn doctor_reports_the_plugin_topology_and_limits() {
 }
 
 #[test]
-fn a_declared_batch_is_reported_as_declared_and_the_server_says_it_does_not_batch() {
+fn a_declared_batch_without_handle_batch_is_reported_and_not_used() {
+    // The fixture declares M0_CAP_BATCH but its calls table has no
+    // handle_batch: the doctor learns that from the probe's init and says
+    // what the worker will do, one request at a time.
     let batching = bad_plugin("doctor_batch8", &["-DCAPS=M0_CAP_BATCH", "-DMAX_BATCH=8"])
         .display()
         .to_string();
@@ -275,12 +282,12 @@ fn a_declared_batch_is_reported_as_declared_and_the_server_says_it_does_not_batc
     assert_eq!(code, 0, "{j:#}");
     assert_eq!(j["plugin"]["declares_batch"], true, "{j:#}");
     assert_eq!(j["plugin"]["max_batch"], 8, "{j:#}");
-    assert!(j["plugin"].get("batching").is_none(), "{j:#}");
-    assert_eq!(j["topology"]["batching"], false, "{j:#}");
+    assert_eq!(j["batching"]["on"], false, "{j:#}");
     assert_eq!(
-        j["topology"]["batching_reason"],
-        "the core does not batch requests yet; handle is called once per request"
+        j["batching"]["reason"],
+        "the plugin declares M0_CAP_BATCH but its calls table has no handle_batch"
     );
+    assert!(j["batching"]["max_requests"].is_null(), "{j:#}");
 }
 
 #[test]

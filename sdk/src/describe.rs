@@ -212,7 +212,10 @@ mod tests {
         assert_eq!(inline.caps, abi::M0_CAP_INLINE | abi::M0_CAP_BATCH);
         assert_eq!(inline.max_batch, 8);
         let sized = Description::new(c"p", c"1").batch(8).batch_bytes(4096);
-        assert_eq!((sized.to_info().abi_minor, sized.to_info().max_batch_bytes), (3, 4096));
+        assert_eq!(
+            (sized.to_info().abi_minor, sized.to_info().max_batch_bytes),
+            (3, 4096)
+        );
         let held = Description::new(c"p", c"1")
             .call_model(CallModel::Pinned)
             .process_lock(ProcessLock::Held)

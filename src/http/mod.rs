@@ -44,6 +44,10 @@ impl Span {
         &buf[self.start as usize..self.end as usize]
     }
 
+    pub fn len(&self) -> usize {
+        (self.end - self.start) as usize
+    }
+
     pub fn is_empty(&self) -> bool {
         self.start == self.end
     }

@@ -48,6 +48,23 @@ pub struct Job {
     pub queued_at: Instant,
 }
 
+impl Job {
+    /// The request body, framing removed.
+    pub fn body(&self) -> &[u8] {
+        match &self.body {
+            Body::InBuffer(span) => span.get(&self.buf),
+            Body::Decoded(v) => v,
+        }
+    }
+
+    pub fn body_len(&self) -> usize {
+        match &self.body {
+            Body::InBuffer(span) => span.len(),
+            Body::Decoded(v) => v.len(),
+        }
+    }
+}
+
 /// A job whose response is complete (or cut off), for the loop.
 pub struct Completion {
     pub job: Job,
@@ -71,11 +88,26 @@ pub struct CallBuffers {
     pub tid: i32,
     headers: Vec<abi::M0Header>,
     scratch: Vec<u8>,
+    /// For batch calls: empty (no allocation) until the first one.
+    batch: BatchBuffers,
 }
 
-// SAFETY: `headers` holds views into the request of the call in progress;
-// `serve` refills it before each call and nothing reads it between calls, so
-// the stale pointers it keeps meanwhile are never dereferenced, on any thread.
+/// What a batch call reuses: each request's headers and response scratch,
+/// the requests, and the two pointer arrays `handle_batch` takes.
+#[derive(Default)]
+struct BatchBuffers {
+    headers: Vec<Vec<abi::M0Header>>,
+    scratch: Vec<Vec<u8>>,
+    requests: Vec<abi::M0Request>,
+    request_ptrs: Vec<*const abi::M0Request>,
+    response_ptrs: Vec<*mut abi::M0Response>,
+}
+
+// SAFETY: `headers` and every vector of `batch` hold views into the requests
+// of the call in progress (and pointers to its exchanges); `serve` and
+// `serve_batch` refill them before each call and nothing reads them between
+// calls, so the stale pointers they keep meanwhile are never dereferenced,
+// on any thread.
 unsafe impl Send for CallBuffers {}
 
 impl CallBuffers {
@@ -86,6 +118,7 @@ impl CallBuffers {
             tid: nix::unistd::gettid().as_raw(),
             headers: Vec::with_capacity(32),
             scratch: Vec::with_capacity(1024),
+            batch: BatchBuffers::default(),
         }
     }
 }
@@ -119,52 +152,10 @@ pub fn serve(callee: &Callee, job: &Job, bufs: &mut CallBuffers, sink: Sink<'_>)
         Sink::Spill(_) => abi::M0_REQ_ON_LOOP,
         Sink::Wait(_) => 0,
     };
-    let buf = &job.buf;
-    let head = &job.head;
-    let view = |span: Span| abi::M0Str::from_bytes(span.get(buf));
-    let headers = &mut bufs.headers;
-    headers.clear();
-    headers.extend(head.headers.iter().map(|&(n, v)| abi::M0Header {
-        name: view(n),
-        value: view(v),
-    }));
-    let body: &[u8] = match &job.body {
-        Body::InBuffer(span) => span.get(buf),
-        Body::Decoded(v) => v,
-    };
-    let mut exchange = Exchange::new(
-        job.fd,
-        head.http_minor,
-        head.is_head_method,
-        job.keep_alive,
-        body,
-        &mut bufs.scratch,
-        sink,
-    );
+    fill_headers(&mut bufs.headers, job);
+    let mut exchange = exchange_for(job, &mut bufs.scratch, sink);
     let exchange_ptr: *mut Exchange<'_> = &mut exchange;
-    let request = abi::M0Request {
-        size: std::mem::size_of::<abi::M0Request>() as u32,
-        http_minor: u32::from(head.http_minor),
-        method: view(head.method),
-        target: view(head.target),
-        path: view(head.path),
-        query: view(head.query),
-        headers: headers.as_ptr(),
-        header_count: headers.len(),
-        content_length: body.len() as u64,
-        peer: abi::M0SockAddr {
-            ip: abi::M0Str::from_bytes(job.peer.ip.as_bytes()),
-            port: job.peer.port,
-        },
-        server: abi::M0SockAddr {
-            ip: abi::M0Str::from_bytes(callee.server_ip.as_bytes()),
-            port: callee.server_port,
-        },
-        worker_index: callee.worker_index,
-        thread_index: bufs.index,
-        host_data: exchange_ptr.cast::<c_void>(),
-        flags,
-    };
+    let request = request_for(callee, job, &bufs.headers, bufs.index, flags, exchange_ptr);
     let calls = callee.calls;
     // SAFETY: every view in `request` borrows `job`, `bufs` or `callee`,
     // all alive until the call returns; the response handle is the exchange,
@@ -179,4 +170,126 @@ pub fn serve(callee: &Callee, job: &Job, bufs: &mut CallBuffers, sink: Sink<'_>)
         )
     };
     exchange.conclude(code)
+}
+
+/// Call the plugin's `handle_batch` once for `jobs` on this handler thread
+/// and push each job's outcome, in order, onto `outcomes`. A request the
+/// call left unanswered is answered with the status of the call's code, so
+/// one bad request fails alone and a failed call fails only its own.
+pub fn serve_batch(
+    callee: &Callee,
+    jobs: &[Job],
+    bufs: &mut CallBuffers,
+    write_timeout: Option<std::time::Duration>,
+    outcomes: &mut Vec<Outcome>,
+) {
+    let Some(handle_batch) = callee.calls.handle_batch else {
+        // The worker batches only with the entry point; never reached.
+        for job in jobs {
+            outcomes.push(serve(callee, job, bufs, Sink::Wait(write_timeout)));
+        }
+        return;
+    };
+    let b = &mut bufs.batch;
+    if b.headers.len() < jobs.len() {
+        b.headers.resize_with(jobs.len(), Vec::new);
+        b.scratch.resize_with(jobs.len(), Vec::new);
+    }
+    for (headers, job) in b.headers.iter_mut().zip(jobs) {
+        fill_headers(headers, job);
+    }
+    // Built in full before any pointer to them is taken: the vector never
+    // moves its elements while the plugin holds them.
+    let mut exchanges: Vec<Exchange<'_>> = jobs
+        .iter()
+        .zip(b.scratch.iter_mut())
+        .map(|(job, scratch)| exchange_for(job, scratch, Sink::Wait(write_timeout)))
+        .collect();
+    let base = exchanges.as_mut_ptr();
+    b.requests.clear();
+    b.request_ptrs.clear();
+    b.response_ptrs.clear();
+    for (i, (job, headers)) in jobs.iter().zip(&b.headers).enumerate() {
+        // SAFETY: `i` is below `exchanges.len()`, which equals `jobs.len()`.
+        let exchange = unsafe { base.add(i) };
+        b.requests
+            .push(request_for(callee, job, headers, bufs.index, 0, exchange));
+        b.response_ptrs.push(exchange.cast::<abi::M0Response>());
+    }
+    b.request_ptrs
+        .extend(b.requests.iter().map(|r| r as *const abi::M0Request));
+    let calls = callee.calls;
+    // SAFETY: `jobs.len()` requests and responses, each request's views
+    // borrowing its job, `bufs` or `callee`, and each response handle one
+    // distinct exchange, all alive until the call returns (as in `serve`).
+    // A batch is made only on a handler thread, as the call model allows.
+    let code = unsafe {
+        handle_batch(
+            calls.state,
+            b.request_ptrs.as_ptr(),
+            b.response_ptrs.as_ptr(),
+            jobs.len(),
+        )
+    };
+    outcomes.extend(exchanges.iter_mut().map(|exchange| exchange.conclude(code)));
+}
+
+/// The request's headers as views into its buffer.
+fn fill_headers(headers: &mut Vec<abi::M0Header>, job: &Job) {
+    let view = |span: Span| abi::M0Str::from_bytes(span.get(&job.buf));
+    headers.clear();
+    headers.extend(job.head.headers.iter().map(|&(n, v)| abi::M0Header {
+        name: view(n),
+        value: view(v),
+    }));
+}
+
+fn exchange_for<'a>(job: &'a Job, scratch: &'a mut Vec<u8>, sink: Sink<'a>) -> Exchange<'a> {
+    let head = &job.head;
+    Exchange::new(
+        job.fd,
+        head.http_minor,
+        head.is_head_method,
+        job.keep_alive,
+        job.body(),
+        scratch,
+        sink,
+    )
+}
+
+/// The `M0Request` for `job`, its views borrowing `job`, `headers` and
+/// `callee`, and its response handle `exchange`.
+fn request_for(
+    callee: &Callee,
+    job: &Job,
+    headers: &[abi::M0Header],
+    thread_index: u32,
+    flags: u32,
+    exchange: *mut Exchange<'_>,
+) -> abi::M0Request {
+    let head = &job.head;
+    let view = |span: Span| abi::M0Str::from_bytes(span.get(&job.buf));
+    abi::M0Request {
+        size: std::mem::size_of::<abi::M0Request>() as u32,
+        http_minor: u32::from(head.http_minor),
+        method: view(head.method),
+        target: view(head.target),
+        path: view(head.path),
+        query: view(head.query),
+        headers: headers.as_ptr(),
+        header_count: headers.len(),
+        content_length: job.body_len() as u64,
+        peer: abi::M0SockAddr {
+            ip: abi::M0Str::from_bytes(job.peer.ip.as_bytes()),
+            port: job.peer.port,
+        },
+        server: abi::M0SockAddr {
+            ip: abi::M0Str::from_bytes(callee.server_ip.as_bytes()),
+            port: callee.server_port,
+        },
+        worker_index: callee.worker_index,
+        thread_index,
+        host_data: exchange.cast::<c_void>(),
+        flags,
+    }
 }

@@ -8,7 +8,8 @@
 //! doctor the child also runs the plugin's init with the real arguments
 //! (`M0_PROBE_INIT=1`), so an application that fails to import is found
 //! without serving anything (a failure as `init_error=CODE<tab>MESSAGE`, and
-//! its fix as `init_fix=`), and prints the facts the plugin stated
+//! its fix as `init_fix=`; a success as `init=ok` and whether the calls
+//! table has `handle_batch` as `handle_batch=0|1`), and prints the facts the plugin stated
 //! (`M0Host::fact`) as `fact.KEY=VALUE` lines, which no other key begins
 //! with.
 
@@ -18,7 +19,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::descriptor::Descriptor;
-use super::loader::{EXIT_STARTUP, Plugin, PluginError};
+use super::loader::{Calls, EXIT_STARTUP, Plugin, PluginError};
 
 pub const PROBE_ENV: &str = "M0_PROBE_PLUGIN";
 pub const PROBE_INIT_ENV: &str = "M0_PROBE_INIT";
@@ -30,6 +31,8 @@ pub struct Report {
     pub init: Option<Result<(), PluginError>>,
     /// With init: the facts the plugin stated, in the order first stated.
     pub facts: Vec<(String, String)>,
+    /// After a successful init: whether the calls table has `handle_batch`.
+    pub handle_batch: Option<bool>,
 }
 
 /// A fact's value on one line: backslash, newline and carriage return
@@ -69,7 +72,7 @@ fn unescape(line: &str) -> String {
 /// runs the plugin's init; the caller builds its arguments, since they need
 /// the command line and the worker's pool plan, which the plugin layer does
 /// not know.
-pub fn run_child(path: &Path, init: impl FnOnce(&Plugin) -> Result<(), PluginError>) -> ! {
+pub fn run_child(path: &Path, init: impl FnOnce(&Plugin) -> Result<Calls, PluginError>) -> ! {
     let plugin = match Plugin::open(path) {
         Ok(plugin) => plugin,
         Err(e) => {
@@ -83,7 +86,10 @@ pub fn run_child(path: &Path, init: impl FnOnce(&Plugin) -> Result<(), PluginErr
     print!("{}", plugin.descriptor.to_lines());
     if std::env::var_os(PROBE_INIT_ENV).is_some() {
         match init(&plugin) {
-            Ok(()) => println!("init=ok"),
+            Ok(calls) => println!(
+                "init=ok\nhandle_batch={}",
+                u8::from(calls.handle_batch.is_some())
+            ),
             Err(e) => {
                 println!(
                     "init_error={}\t{}",
@@ -121,6 +127,7 @@ fn run_probe(path: &Path, timeout: Duration, with_init: bool) -> Report {
         }),
         init: None,
         facts: Vec::new(),
+        handle_batch: None,
     };
     let exe = match std::env::current_exe() {
         Ok(exe) => exe,
@@ -179,6 +186,7 @@ fn run_probe(path: &Path, timeout: Duration, with_init: bool) -> Report {
             }),
             init: None,
             facts: Vec::new(),
+            handle_batch: None,
         };
     }
     let descriptor = Descriptor::from_lines(&text);
@@ -187,6 +195,7 @@ fn run_probe(path: &Path, timeout: Duration, with_init: bool) -> Report {
         .filter_map(|l| l.strip_prefix("fact.")?.split_once('='))
         .map(|(key, value)| (key.to_string(), unescape(value)))
         .collect();
+    let handle_batch = line("handle_batch=").map(|v| v == "1");
     let init = text.lines().find_map(|l| {
         if l == "init=ok" {
             return Some(Ok(()));
@@ -203,6 +212,7 @@ fn run_probe(path: &Path, timeout: Duration, with_init: bool) -> Report {
             descriptor: Ok(d),
             init,
             facts,
+            handle_batch,
         },
         _ => {
             let how = match (
@@ -231,6 +241,7 @@ fn run_probe(path: &Path, timeout: Duration, with_init: bool) -> Report {
                         fix: None,
                     })),
                     facts,
+                    handle_batch: None,
                 },
                 None => Report {
                     descriptor: Err(PluginError {
@@ -240,6 +251,7 @@ fn run_probe(path: &Path, timeout: Duration, with_init: bool) -> Report {
                     }),
                     init: None,
                     facts,
+                    handle_batch: None,
                 },
             }
         }

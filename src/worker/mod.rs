@@ -17,6 +17,7 @@
 
 pub mod accept_share;
 pub mod adaptive;
+pub mod batching;
 pub mod connection;
 pub mod event_loop;
 pub mod loop_calls;
@@ -99,7 +100,13 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
     let listener = mio::net::TcpListener::from_std(std_listener);
 
     let usable = crate::topology::usable_cpus();
-    let plan = sizing::plan(&plugin.descriptor, cfg.cli.blocking_threads, usable);
+    let mut batch_plan = batching::decide(&plugin.descriptor, cfg.cli.no_batch);
+    let plan = sizing::plan(
+        &plugin.descriptor,
+        cfg.cli.blocking_threads,
+        usable,
+        batch_plan.limits.is_some(),
+    );
     let server_ip = local.ip().to_string();
     let init_args = InitArgsOwned::new(
         cfg,
@@ -113,6 +120,7 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
     let calls = plugin
         .init(&host::HOST, &init_args.args)
         .map_err(|e| (e.exit_code, e.to_string()))?;
+    batch_plan.require_entry_point(calls.handle_batch.is_some());
 
     let poll = mio::Poll::new().map_err(|e| (1, format!("cannot create the event loop: {e}")))?;
     let waker = mio::Waker::new(poll.registry(), event_loop::WAKER)
@@ -126,6 +134,7 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
             server_port: local.port(),
             worker_index: setup.index,
             write_timeout: Config::timeout(cfg.cli.idle_timeout),
+            batch: batch_plan.limits,
         },
         waker,
     );
@@ -147,6 +156,7 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
         cfg.cli.no_inline,
         usable,
         cfg.cli.workers,
+        batch_plan.limits.is_some(),
     );
     if inline {
         event_loop.enable_inline().map_err(|code| {
@@ -160,7 +170,7 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
     }
     let on_off = |on: bool| if on { "on" } else { "off" };
     crate::log::info(format_args!(
-        "pid={} serving {} {} with {} handler thread(s) ({}); inline calls {} ({}); loop calls {} ({})",
+        "pid={} serving {} {} with {} handler thread(s) ({}); inline calls {} ({}); loop calls {} ({}); batching {}",
         std::process::id(),
         plugin.descriptor.name,
         plugin.descriptor.version,
@@ -169,7 +179,8 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
         on_off(inline),
         inline_why,
         on_off(loop_calls),
-        loop_calls_why
+        loop_calls_why,
+        batch_plan.summary(),
     ));
     if let Some(fd) = setup.ready_fd {
         announce_ready(fd, setup.index);
@@ -188,10 +199,10 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
         ));
     }
     let pool = event_loop.into_pool();
-    finish(exit, pool, accepted)
+    finish(exit, pool, accepted, batch_plan.limits.is_some())
 }
 
-fn finish(exit: Exit, mut pool: Pool, accepted: u64) -> Result<i32, (i32, String)> {
+fn finish(exit: Exit, mut pool: Pool, accepted: u64, batching: bool) -> Result<i32, (i32, String)> {
     let completed = pool.stats().completed.load(Ordering::Relaxed);
     let per_request = |ns: u64| ns as f64 / completed.max(1) as f64 / 1000.0;
     let (_, threads) = pool.size();
@@ -209,6 +220,9 @@ fn finish(exit: Exit, mut pool: Pool, accepted: u64) -> Result<i32, (i32, String
         pool.stats().loop_calls.load(Ordering::Relaxed),
         pool.stats().handoffs.load(Ordering::Relaxed),
     ));
+    if batching {
+        crate::log::info(format_args!("{}", pool.stats().batches.summary()));
+    }
     let code = match exit {
         Exit::Drained => 0,
         Exit::Immediate if pool::fatal_stop_requested() => {

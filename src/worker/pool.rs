@@ -27,6 +27,7 @@ use crate::plugin::call::{
 use crate::plugin::exchange::{Outcome, Sink};
 use crate::plugin::loader::Calls;
 
+use super::batching::{self, Sizes};
 use super::loop_calls::watch::{IdleThread, Watch, Watcher};
 
 /// What the pool shares with the loop and every handler thread.
@@ -40,6 +41,8 @@ pub struct Shared {
     loop_parked: AtomicBool,
     callee: Callee,
     write_timeout: Option<Duration>,
+    /// Set when the plugin takes batches (see `batching.rs`).
+    batch: Option<batching::Limits>,
     stats: Stats,
     watch: Watch,
     handles: Mutex<Vec<JoinHandle<()>>>,
@@ -81,6 +84,8 @@ pub struct Stats {
     /// Loop calls that ran long enough for a handler thread to take the
     /// loop over.
     pub handoffs: AtomicU64,
+    /// `handle_batch` calls and their sizes.
+    pub batches: Sizes,
 }
 
 pub struct Pool {
@@ -95,6 +100,7 @@ pub struct PoolSettings {
     pub server_port: u16,
     pub worker_index: u32,
     pub write_timeout: Option<Duration>,
+    pub batch: Option<batching::Limits>,
 }
 
 impl Pool {
@@ -123,6 +129,7 @@ impl Pool {
                 worker_index: settings.worker_index,
             },
             write_timeout: settings.write_timeout,
+            batch: settings.batch,
             stats: Stats::default(),
             watch: Watch::default(),
             handles: Mutex::new(Vec::new()),
@@ -398,8 +405,11 @@ fn handler_loop(shared: &Arc<Shared>, mut bufs: CallBuffers) {
     let mut unannounced = 0usize;
     let mut first_unannounced = Instant::now();
     let mut counted_live = true;
+    // The jobs of the call in progress: one, or a batch.
+    let mut jobs: Vec<Job> = Vec::with_capacity(1);
+    let mut outcomes: Vec<Outcome> = Vec::new();
     loop {
-        let job = {
+        let took = {
             let mut q = lock(&shared.queue);
             loop {
                 if q.live > q.target {
@@ -410,15 +420,19 @@ fn handler_loop(shared: &Arc<Shared>, mut bufs: CallBuffers) {
                     q.live -= 1;
                     q.retiring += 1;
                     counted_live = false;
-                    break None;
+                    break false;
                 }
-                if let Some(job) = q.jobs.pop_front() {
+                if !q.jobs.is_empty() {
+                    match shared.batch {
+                        Some(limits) => batching::take(&mut q.jobs, limits, &mut jobs),
+                        None => jobs.extend(q.jobs.pop_front()),
+                    }
                     q.busy += 1;
                     watcher.step_down(&shared.watch);
-                    break Some(job);
+                    break true;
                 }
                 if q.stopping {
-                    break None;
+                    break false;
                 }
                 if unannounced > 0 {
                     // Never park on completions the loop has not heard of.
@@ -433,23 +447,33 @@ fn handler_loop(shared: &Arc<Shared>, mut bufs: CallBuffers) {
                 q = idle.into_guard();
             }
         };
-        let Some(job) = job else { break };
+        if !took {
+            break;
+        }
         let started = Instant::now();
         if unannounced > 0 && started - first_unannounced >= ANNOUNCE_AFTER {
-            // This job may be slow: do not let earlier completions wait on it.
+            // This call may be slow: do not let earlier completions wait on it.
             announce(shared);
             unannounced = 0;
         }
+        let waited: u64 = jobs
+            .iter()
+            .map(|job| duration_ns(started - job.queued_at))
+            .sum();
         shared
             .stats
             .queue_wait_ns
-            .fetch_add(duration_ns(started - job.queued_at), Ordering::Relaxed);
-        let outcome = serve_counted(shared, &job, &mut bufs);
-        lock(&shared.done).push(Completion { job, outcome });
+            .fetch_add(waited, Ordering::Relaxed);
+        serve_counted(shared, &jobs, &mut bufs, &mut outcomes);
         if unannounced == 0 {
             first_unannounced = started;
         }
-        unannounced += 1;
+        unannounced += jobs.len();
+        lock(&shared.done).extend(
+            jobs.drain(..)
+                .zip(outcomes.drain(..))
+                .map(|(job, outcome)| Completion { job, outcome }),
+        );
         let more_queued = {
             let mut q = lock(&shared.queue);
             q.busy -= 1;
@@ -637,16 +661,27 @@ fn duration_ns(d: Duration) -> u64 {
     d.as_nanos().min(u64::MAX as u128) as u64
 }
 
-/// Call the plugin for `job` on a handler thread, and count it.
-fn serve_counted(shared: &Shared, job: &Job, bufs: &mut CallBuffers) -> Outcome {
+/// Call the plugin for `jobs` on a handler thread (one `handle_batch` call
+/// when the plugin batches, else `handle` for the one job), and count it:
+/// a batch is one call to the adaptive pool, and each of its requests one
+/// completion.
+fn serve_counted(shared: &Shared, jobs: &[Job], bufs: &mut CallBuffers, out: &mut Vec<Outcome>) {
     let started = Instant::now();
-    let outcome = call::serve(&shared.callee, job, bufs, Sink::Wait(shared.write_timeout));
+    let sink = Sink::Wait(shared.write_timeout);
+    match (shared.batch, jobs) {
+        (None, [job]) => out.push(call::serve(&shared.callee, job, bufs, sink)),
+        _ => {
+            call::serve_batch(&shared.callee, jobs, bufs, shared.write_timeout, out);
+            shared.stats.batches.record(jobs.len());
+        }
+    }
     let stats = &shared.stats;
     stats
         .service_ns
         .fetch_add(duration_ns(started.elapsed()), Ordering::Relaxed);
-    stats.completed.fetch_add(1, Ordering::Relaxed);
-    outcome
+    stats
+        .completed
+        .fetch_add(jobs.len() as u64, Ordering::Relaxed);
 }
 
 #[cfg(test)]
@@ -685,6 +720,7 @@ mod tests {
                 server_port: 0,
                 worker_index: 0,
                 write_timeout: None,
+                batch: None,
             },
             waker,
         )

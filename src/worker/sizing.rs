@@ -7,8 +7,11 @@
 //! throughput of one), so
 //! it starts at 2: one in the call, one ready to take the lock the moment it
 //! is free. A reentrant native plugin starts at the usable CPUs divided by
-//! the threads each call computes with. `--blocking-threads` overrides both
-//! and turns adaptation off.
+//! the threads each call computes with. A plugin that takes batches gets a
+//! fixed pool of one thread per batch the CPUs can compute at once: a
+//! thread more only splits the queue into smaller batches (see
+//! `batching.rs`). `--blocking-threads` overrides all of these and turns
+//! adaptation off.
 
 use crate::plugin::descriptor::{Descriptor, ProcessLock};
 
@@ -27,7 +30,13 @@ pub struct PoolPlan {
     pub reason: String,
 }
 
-pub fn plan(desc: &Descriptor, configured: Option<u32>, usable_cpus: usize) -> PoolPlan {
+/// `batching`: the worker hands the plugin batches (`batching::decide`).
+pub fn plan(
+    desc: &Descriptor,
+    configured: Option<u32>,
+    usable_cpus: usize,
+    batching: bool,
+) -> PoolPlan {
     let cap = desc.concurrency_cap() as usize;
     if let Some(n) = configured {
         let n = n as usize;
@@ -62,6 +71,9 @@ pub fn plan(desc: &Descriptor, configured: Option<u32>, usable_cpus: usize) -> P
             ),
         };
     }
+    if batching {
+        return batch_plan(desc, usable_cpus, cap);
+    }
     let max = ADAPTIVE_MAX.min(cap);
     let (initial, why) = match desc.process_lock {
         ProcessLock::Held => (
@@ -88,6 +100,39 @@ pub fn plan(desc: &Descriptor, configured: Option<u32>, usable_cpus: usize) -> P
         adaptive: true,
         cpus: usable_cpus,
         reason: format!("adaptive from {initial}: {why}"),
+    }
+}
+
+/// The fixed pool of a batching plugin: under load each thread takes what
+/// queued while it computed, so threads beyond the batches the CPUs can
+/// compute at once only make batches smaller.
+fn batch_plan(desc: &Descriptor, usable_cpus: usize, cap: usize) -> PoolPlan {
+    let per_call = desc.compute_threads.max(1) as usize;
+    let (size, reason) = match desc.process_lock {
+        ProcessLock::Held => (
+            1,
+            "the plugin batches and holds a process-wide lock for each call: one batch at a time, \
+             the next forms while it computes"
+                .to_string(),
+        ),
+        _ => {
+            let size = (usable_cpus / per_call).clamp(1, cap);
+            (
+                size,
+                format!(
+                    "the plugin batches: {size} batch(es) at once, {per_call} compute thread(s) each on \
+                     {usable_cpus} usable CPUs; more threads would only split the batches"
+                ),
+            )
+        }
+    };
+    PoolPlan {
+        initial: size,
+        min: size,
+        max: size,
+        adaptive: false,
+        cpus: usable_cpus,
+        reason,
     }
 }
 
@@ -126,7 +171,12 @@ mod tests {
 
     #[test]
     fn lock_holders_start_small() {
-        let p = plan(&desc(CallModel::Reentrant, ProcessLock::Held, 1), None, 8);
+        let p = plan(
+            &desc(CallModel::Reentrant, ProcessLock::Held, 1),
+            None,
+            8,
+            false,
+        );
         assert_eq!(p.initial, 2);
         assert!(p.adaptive);
     }
@@ -134,25 +184,76 @@ mod tests {
     #[test]
     fn native_reentrant_starts_at_cpus_over_compute_threads() {
         assert_eq!(
-            plan(&desc(CallModel::Reentrant, ProcessLock::None, 1), None, 8).initial,
+            plan(
+                &desc(CallModel::Reentrant, ProcessLock::None, 1),
+                None,
+                8,
+                false
+            )
+            .initial,
             8
         );
         assert_eq!(
-            plan(&desc(CallModel::Reentrant, ProcessLock::None, 4), None, 8).initial,
+            plan(
+                &desc(CallModel::Reentrant, ProcessLock::None, 4),
+                None,
+                8,
+                false
+            )
+            .initial,
             2
         );
         assert_eq!(
-            plan(&desc(CallModel::Reentrant, ProcessLock::None, 4), None, 2).initial,
+            plan(
+                &desc(CallModel::Reentrant, ProcessLock::None, 4),
+                None,
+                2,
+                false
+            )
+            .initial,
             1
         );
     }
 
     #[test]
     fn serialized_and_pinned_get_one_thread_even_when_configured() {
-        let p = plan(&desc(CallModel::Pinned, ProcessLock::None, 1), Some(8), 8);
+        let p = plan(
+            &desc(CallModel::Pinned, ProcessLock::None, 1),
+            Some(8),
+            8,
+            false,
+        );
         assert_eq!((p.initial, p.max, p.adaptive), (1, 1, false));
-        let p = plan(&desc(CallModel::Serialized, ProcessLock::None, 1), None, 8);
+        let p = plan(
+            &desc(CallModel::Serialized, ProcessLock::None, 1),
+            None,
+            8,
+            false,
+        );
         assert_eq!(p.initial, 1);
+    }
+
+    #[test]
+    fn a_batching_plugin_gets_one_thread_per_batch_the_cpus_compute() {
+        let native = desc(CallModel::Reentrant, ProcessLock::None, 1);
+        let p = plan(&native, None, 4, true);
+        assert_eq!((p.initial, p.min, p.max, p.adaptive), (4, 4, 4, false));
+        let p = plan(
+            &desc(CallModel::Reentrant, ProcessLock::None, 2),
+            None,
+            4,
+            true,
+        );
+        assert_eq!(p.initial, 2);
+        let p = plan(
+            &desc(CallModel::Reentrant, ProcessLock::Held, 1),
+            None,
+            4,
+            true,
+        );
+        assert_eq!(p.initial, 1);
+        // --blocking-threads still wins.
+        assert_eq!(plan(&native, Some(3), 4, true).initial, 3);
     }
 
     #[test]
@@ -161,6 +262,7 @@ mod tests {
             &desc(CallModel::Reentrant, ProcessLock::Held, 1),
             Some(8),
             2,
+            false,
         );
         assert_eq!((p.initial, p.min, p.max, p.adaptive), (8, 8, 8, false));
     }

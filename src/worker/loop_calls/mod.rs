@@ -45,13 +45,14 @@ const BACKOFF_MIN: Duration = Duration::from_millis(250);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// Whether a worker makes loop calls, and why (or why not): only for a
-/// reentrant plugin with no cap that is not called inline, on a worker with
-/// at most one usable CPU of its own.
+/// reentrant plugin with no cap that is not called inline and does not
+/// take batches, on a worker with at most one usable CPU of its own.
 pub fn decide(
     desc: &Descriptor,
     no_inline: bool,
     usable_cpus: usize,
     workers: u32,
+    batching: bool,
 ) -> (bool, String) {
     let (declared, _) = desc.inline_calls();
     let off = |why: String| (false, why);
@@ -60,6 +61,11 @@ pub fn decide(
     }
     if no_inline {
         return off("turned off with --no-inline".into());
+    }
+    if batching {
+        // Batches form in the pool's queue, and a batch computes for long
+        // enough that the hand-off to a handler thread costs nothing.
+        return off("the plugin takes batches: its calls go through the handler pool".into());
     }
     if desc.concurrency_cap() != u32::MAX {
         return off(format!(
