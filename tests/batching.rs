@@ -294,6 +294,7 @@ fn requests_queued_behind_a_gate_arrive_in_batches_within_the_limit() {
     let calls = calls(std::iter::once(&gated).chain(&answers));
     assert_complete(&calls, 65);
     let sizes = sizes(&calls);
+    eprintln!("call sizes: {sizes:?}");
     assert!(
         sizes.iter().all(|&n| n <= MAX_BATCH),
         "a batch over max_batch: {sizes:?}"
@@ -324,6 +325,7 @@ fn the_byte_limit_splits_batches_and_a_large_request_goes_alone() {
         "the 5000-byte request shared its call: {large_answer:?}"
     );
     let sizes = sizes(&calls);
+    eprintln!("call sizes: {sizes:?}");
     for &n in sizes.iter().filter(|&&n| n > 1) {
         assert!(
             n * 300 <= MAX_BATCH_BYTES,
@@ -412,6 +414,7 @@ fn a_bad_or_unanswered_request_fails_alone() {
     // A call whose 200 answers are fewer than its size also held /bad or
     // /skip requests: those failed, the others in it were served.
     let calls = calls(&answers);
+    eprintln!("calls with a 200 answer: {calls:?}");
     let mixed = calls
         .values()
         .filter(|c| c.answered < c.size && c.answered > 0)
@@ -454,6 +457,7 @@ fn a_failing_batch_answers_its_members_500_and_the_worker_serves_on() {
         .filter(|(_, c)| c.answered < c.size)
         .map(|(&seq, &c)| (seq, c))
         .collect();
+    eprintln!("calls with a 200 answer: {calls:?}; {failed_others} other(s) failed");
     let unseen: Vec<u64> = (1..=before).filter(|q| !calls.contains_key(q)).collect();
     match (&partial[..], &unseen[..]) {
         // The members before /fail kept their 200; it and those after it
@@ -749,6 +753,7 @@ fn a_panic_in_an_sdk_plugins_batch_fails_the_rest_of_its_batch_and_the_worker_se
             assert_eq!(*positions, (0..*size).collect::<Vec<_>>(), "call {seq}");
         }
     }
+    eprintln!("positions answered per call: {by_seq:?}; {failed_others} other(s) failed");
     let unseen = (2..last).filter(|q| !by_seq.contains_key(q)).count();
     let panicking_size = match (&partial[..], unseen) {
         ([(size, answered)], 0) => {
