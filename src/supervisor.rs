@@ -52,7 +52,8 @@ struct Slot {
 struct Supervisor<'a> {
     cfg: &'a Config,
     plan: &'a Plan,
-    listener: OwnedFd,
+    /// Closed when a full stop begins (see `begin_stop`).
+    listener: Option<OwnedFd>,
     ready_read: OwnedFd,
     ready_write: OwnedFd,
     signals: SignalPipe,
@@ -109,7 +110,7 @@ pub fn run(cfg: &Config, plan: &Plan, listener: OwnedFd) -> i32 {
     let mut sup = Supervisor {
         cfg,
         plan,
-        listener,
+        listener: Some(listener),
         ready_read,
         ready_write,
         signals,
@@ -163,7 +164,16 @@ impl Supervisor<'_> {
         }
     }
 
+    /// The listening socket, while the server is not stopping.
+    fn listener(&self) -> Result<&OwnedFd, (i32, String)> {
+        self.listener.as_ref().ok_or((
+            1,
+            "the server is stopping: no worker is started".to_string(),
+        ))
+    }
+
     fn fork_worker(&mut self, index: usize) -> Result<Pid, (i32, String)> {
+        let listener_fd = self.listener()?.as_raw_fd();
         // SAFETY: the supervisor is single-threaded, so the child may run
         // ordinary code after fork.
         match unsafe { fork() } {
@@ -173,7 +183,7 @@ impl Supervisor<'_> {
                 let setup = WorkerSetup {
                     index: index as u32,
                     workers: self.plan.workers,
-                    listener_fd: self.listener.as_raw_fd(),
+                    listener_fd,
                     ready_fd: Some(self.ready_write.as_raw_fd()),
                     spawned: false,
                     plugin_path: self.plan.plugin_path.clone(),
@@ -236,7 +246,7 @@ impl Supervisor<'_> {
         };
         // (high copy, the number the worker adopts it at)
         let mut moves: Vec<(OwnedFd, RawFd)> = vec![
-            (high(&self.listener)?, SPAWN_LISTEN_FD),
+            (high(self.listener()?)?, SPAWN_LISTEN_FD),
             (high(&self.ready_write)?, SPAWN_READY_FD),
         ];
         if let Some((page, channels)) = &self.share {
@@ -377,6 +387,12 @@ impl Supervisor<'_> {
         self.stopping =
             Some(Instant::now() + self.cfg.cli.graceful_timeout + Duration::from_secs(2));
         self.reload_queue.clear();
+        // Once this copy and the workers' (each closes its own when its
+        // drain begins) are gone, the kernel refuses new connections at
+        // once; kept open, it would accept them into a backlog that no one
+        // serves and reset them at exit. A SIGHUP reload keeps it: the new
+        // workers need it.
+        self.listener = None;
         self.signal_all(Signal::SIGTERM);
     }
 

@@ -308,14 +308,19 @@ impl EventLoop {
     fn on_signals(&mut self) -> bool {
         let mut stop_now = false;
         for signo in self.signals.drain() {
-            if signo == libc::SIGTERM || signo == libc::SIGINT || signo == libc::SIGQUIT {
+            // Ctrl-C sends SIGINT to the whole process group; the
+            // supervisor turns it into the SIGTERM that starts this drain.
+            // Acting on it here too made that SIGTERM a second signal,
+            // which stops at once and cuts the requests in flight.
+            if signo == libc::SIGTERM || signo == libc::SIGQUIT {
                 if self.drain_deadline.is_some() {
                     stop_now = true;
                 } else {
                     self.start_drain();
                 }
             }
-            // SIGHUP belongs to the supervisor: a worker ignores it.
+            // SIGHUP and SIGINT belong to the supervisor: a worker ignores
+            // them.
         }
         stop_now
     }

@@ -14,21 +14,92 @@
 //!   GET /overwrite         declares 5 bytes, writes 10
 //!   GET /short             declares 10 bytes, writes 3, finishes
 //!   GET /defer             returns DEFER from a handler thread
+//!
+//! With the variable `M0_FAULTS_BATCH` set (read by `describe` and `init`)
+//! it also takes batches of up to 8 (`M0_CAP_BATCH`). Each call, a batch or
+//! one request through `handle`, takes the next number of a sequence (1 for
+//! the first), and these routes come in:
+//!
+//!   /member?id=N           "id=N size=S pos=P seq=Q": the call's size,
+//!                          the request's place in it, the call's number
+//!   /gate?id=N             answered as /member, after the whole call has
+//!                          waited (30 s at most) for the file named by
+//!                          `M0_FAULTS_GATE` to exist; it logs
+//!                          "sdk_faults: call Q of S request(s) waits for
+//!                          the gate" first
+//!   /panic-batch           the batch answers the requests before it, then
+//!                          panics; the host answers it and those after
+//!
+//! Any other request in a batch goes to `handle`.
 
 #![deny(unsafe_code)]
 
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
 use m0serve_plugin::{
-    Description, Error, Header, Host, InitArgs, InitError, Length, Plugin, Request, Response, Sent,
+    Batch, Description, Error, Header, Host, InitArgs, InitError, Length, Plugin, Request,
+    Response, Sent,
 };
 
 struct Faults {
     fault: String,
+    /// `M0_FAULTS_BATCH` was set: the batch routes are on.
+    batch: bool,
+    /// `M0_FAULTS_GATE`: the file a `/gate` call waits for.
+    gate: Option<PathBuf>,
+    /// Calls so far.
+    calls: AtomicU64,
+    host: &'static Host,
+}
+
+fn batching() -> bool {
+    std::env::var_os("M0_FAULTS_BATCH").is_some()
+}
+
+impl Faults {
+    fn next_call(&self) -> u64 {
+        self.calls.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    fn wait_for_gate(&self, seq: u64, size: usize) {
+        self.host.info(&format!(
+            "sdk_faults: call {seq} of {size} request(s) waits for the gate"
+        ));
+        let Some(gate) = &self.gate else { return };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !gate.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// A `/member` or `/gate` answer.
+    fn member(
+        &self,
+        req: &Request<'_>,
+        resp: Response<'_>,
+        size: usize,
+        pos: usize,
+        seq: u64,
+    ) -> Result<Sent, Error> {
+        let id = String::from_utf8_lossy(req.query_param("id").unwrap_or_default());
+        resp.text(200, &format!("id={id} size={size} pos={pos} seq={seq}\n"))
+    }
 }
 
 impl Plugin for Faults {
     const DESCRIPTION: Description = Description::new(c"sdk_faults", c"0.0.0");
 
-    fn init(_host: &'static Host, args: &InitArgs) -> Result<Self, InitError> {
+    fn describe() -> Description {
+        if batching() {
+            Self::DESCRIPTION.batch(8)
+        } else {
+            Self::DESCRIPTION
+        }
+    }
+
+    fn init(host: &'static Host, args: &InitArgs) -> Result<Self, InitError> {
         match args.arg.as_str() {
             "panic-init" => panic!("boom in init"),
             "refuse-init" => Err(InitError::refused(
@@ -39,6 +110,10 @@ impl Plugin for Faults {
             )),
             _ => Ok(Faults {
                 fault: args.arg.clone(),
+                batch: batching(),
+                gate: std::env::var_os("M0_FAULTS_GATE").map(PathBuf::from),
+                calls: AtomicU64::new(0),
+                host,
             }),
         }
     }
@@ -62,7 +137,42 @@ impl Plugin for Faults {
         }
     }
 
+    fn handle_batch(&self, batch: Batch<'_>) -> Result<(), Error> {
+        let members: Vec<_> = batch.into_iter().collect();
+        let (size, seq) = (members.len(), self.next_call());
+        if members.iter().any(|(req, _)| req.path() == b"/gate") {
+            self.wait_for_gate(seq, size);
+        }
+        let mut first = Ok(());
+        for (pos, (req, resp)) in members.into_iter().enumerate() {
+            let sent = match req.path() {
+                b"/panic-batch" => panic!("boom in a batch of {size} at {pos}"),
+                b"/member" | b"/gate" => self.member(&req, resp, size, pos, seq),
+                _ => self.handle(&req, resp),
+            };
+            if let Err(e) = sent {
+                first = first.and(Err(e));
+            }
+        }
+        first
+    }
+
     fn handle(&self, req: &Request<'_>, resp: Response<'_>) -> Result<Sent, Error> {
+        if self.batch {
+            match req.path() {
+                b"/panic-batch" => {
+                    self.next_call();
+                    panic!("boom in a batch of 1 at 0");
+                }
+                b"/member" => return self.member(req, resp, 1, 0, self.next_call()),
+                b"/gate" => {
+                    let seq = self.next_call();
+                    self.wait_for_gate(seq, 1);
+                    return self.member(req, resp, 1, 0, seq);
+                }
+                _ => {}
+            }
+        }
         match req.path() {
             b"/" => resp.text(200, "ok\n"),
             b"/panic" => panic!("boom before the head"),
