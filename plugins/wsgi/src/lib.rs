@@ -6,36 +6,36 @@
 //! `PyConfig`, never finalised. Calls are reentrant but serialised by the GIL
 //! (`M0_LOCK_HELD`), and the time spent waiting for it is reported.
 //!
-//! Layout: `interp` starts Python and loads the app, `gil` keeps one Python
-//! thread state per handler thread, `environ` builds the environ,
+//! Layout: m0-pyhost starts Python and keeps one Python thread state per
+//! handler thread; `app` loads the application, `environ` builds the environ,
 //! `input`/`errors`/`filewrapper` are the `wsgi.*` objects and `respond` is
 //! `start_response` plus sending the body.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+mod app;
 mod environ;
 mod errors;
 mod filewrapper;
-mod gil;
 mod host;
 mod input;
-mod interp;
 mod respond;
 
 use std::cell::RefCell;
 use std::ffi::CStr;
-use std::path::PathBuf;
 
-use m0serve_plugin::{Description, Error, InitArgs, ProcessLock, Request, Response, Sent};
-use pyo3::ffi;
+use m0_pyhost::ThreadState;
+use m0_pyhost::interp::format_exception;
+use m0serve_plugin::{
+    Description, Error, InitArgs, InitError, ProcessLock, Request, Response, Sent,
+};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
+use crate::app::AppSpec;
 use crate::environ::{EnvironCache, Keys, ServerInfo};
 use crate::errors::WsgiErrors;
-use crate::gil::ThreadState;
 use crate::host::Host;
-use crate::interp::{AppSpec, InitError};
 use crate::respond::{BodyError, HeaderBuffers, StartResponse};
 
 const VERSION: &CStr =
@@ -144,176 +144,53 @@ m0serve_plugin::export!(AppState);
 
 fn init(host: &'static Host, args: &InitArgs) -> Result<AppState, InitError> {
     let spec = AppSpec::parse(&args.arg).map_err(|e| InitError::refused(format!("wsgi: {e}")))?;
-    let app_dir: PathBuf = std::fs::canonicalize(&args.app_dir)
-        .ok()
-        .filter(|p| p.is_dir())
-        .ok_or_else(|| {
-            InitError::refused(format!(
-                "wsgi: --app-dir {} is not a directory",
-                args.app_dir.display()
-            ))
-        })?;
-    let venv_arg = args
-        .venv
-        .as_deref()
-        .map(|v| v.to_string_lossy().into_owned())
-        .unwrap_or_default();
-
-    let libpython = interp::libpython_path();
-    match &libpython {
-        Some(p) => {
-            if let Err(e) = interp::promote_libpython(p) {
-                host.warn(&format!(
-                    "wsgi: could not make {} global ({e}); extension modules may fail to import",
-                    p.display()
-                ));
-            }
-        }
-        None => host.warn("wsgi: could not locate libpython with dladdr"),
-    }
-    let setup = interp::choose_python(&venv_arg, libpython.as_deref())?;
-    let started_here = interp::start_python(&setup.program)?;
-
     let server_port = args.server_port;
     let server_ip = args.server_ip.clone();
     let multithread = args.max_handler_threads.max(args.handler_threads) > 1;
     let multiprocess = args.workers > 1;
 
     type Facts = Vec<(&'static str, String)>;
-    let loaded = Python::attach(|py| -> Result<(AppState, String, Facts), InitError> {
-        if started_here {
-            interp::keep_signals_default(py).map_err(|e| {
-                InitError::failed(format!("wsgi: cannot reset Python's SIGINT handler: {e}"))
-            })?;
-        }
-        interp::prepend_sys_path(py, &app_dir).map_err(|e| {
-            InitError::failed(format!(
-                "wsgi: cannot put {} on sys.path: {e}",
-                app_dir.display()
-            ))
-        })?;
-        let app = interp::load_app(py, &spec, &app_dir)
-            .map_err(|e| e.map_message(|m| format!("wsgi: {m}")))?;
-        let sys = py
-            .import("sys")
-            .map_err(|e| InitError::failed(e.to_string()))?;
-        let attr = |name: &str| -> String {
-            sys.getattr(name)
-                .and_then(|v| v.str().map(|s| s.to_string()))
-                .unwrap_or_default()
-        };
-        let about = format!(
-            "wsgi: Python {} (libpython {}), sys.executable {}, sys.prefix {}{}; app {} from {}; \
-             wsgi.multithread={} wsgi.multiprocess={}",
-            attr("version").replace('\n', " "),
-            libpython
-                .as_deref()
-                .map(|p| p.display().to_string())
-                .unwrap_or_else(|| "?".into()),
-            attr("executable"),
-            attr("prefix"),
-            setup
-                .venv
-                .as_deref()
-                .map(|v| format!(" (venv {})", v.display()))
-                .unwrap_or_default(),
-            spec.display(),
-            app_dir.display(),
-            if multithread { "True" } else { "False" },
-            if multiprocess { "True" } else { "False" },
-        );
-        // The same, as facts for the host's --doctor and checks (an empty
-        // libpython or venv: not found, none).
-        let facts = vec![
-            ("python.version", attr("version").replace('\n', " ")),
-            (
-                "python.libpython",
-                libpython
-                    .as_deref()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default(),
-            ),
-            ("python.executable", attr("executable")),
-            ("python.prefix", attr("prefix")),
-            ("python.base_prefix", attr("base_prefix")),
-            (
-                "python.venv",
-                setup
-                    .venv
-                    .as_deref()
-                    .map(|v| v.display().to_string())
-                    .unwrap_or_default(),
-            ),
-            ("python.app", spec.display()),
-            (
-                "python.resolved",
-                app.repr().map(|r| r.to_string()).unwrap_or_default(),
-            ),
-            (
-                "python.fork_unsafe_modules",
-                fork_unsafe_modules(&sys).join(","),
-            ),
-        ];
-        let name_port = (server_port != 0).then(|| {
-            (
-                PyString::new(py, &server_ip).unbind(),
-                PyString::new(py, &server_port.to_string()).unbind(),
-            )
-        });
-        Ok((
-            AppState {
-                app: app.unbind(),
-                keys: Keys::new(py),
-                server: ServerInfo {
-                    name_port,
-                    multithread,
-                    multiprocess,
+    let (app, about, facts) = m0_pyhost::start(
+        host,
+        args,
+        "wsgi",
+        |py, python| -> Result<(AppState, String, Facts), InitError> {
+            let app = app::load_app(py, &spec, &python.app_dir)
+                .map_err(|e| e.map_message(|m| format!("wsgi: {m}")))?;
+            let about = format!(
+                "wsgi: {}; app {} from {}; wsgi.multithread={} wsgi.multiprocess={}",
+                python.summary(py),
+                spec.display(),
+                python.app_dir.display(),
+                if multithread { "True" } else { "False" },
+                if multiprocess { "True" } else { "False" },
+            );
+            let facts = python.facts(py, spec.display(), &app);
+            let name_port = (server_port != 0).then(|| {
+                (
+                    PyString::new(py, &server_ip).unbind(),
+                    PyString::new(py, &server_port.to_string()).unbind(),
+                )
+            });
+            Ok((
+                AppState {
+                    app: app.unbind(),
+                    keys: Keys::new(py),
+                    server: ServerInfo {
+                        name_port,
+                        multithread,
+                        multiprocess,
+                    },
+                    spec: spec.display(),
                 },
-                spec: spec.display(),
-            },
-            about,
-            facts,
-        ))
-    });
-    if started_here {
-        // Init took the GIL on this thread; handler threads need it.
-        // SAFETY: this thread holds the GIL since Py_InitializeFromConfig; the
-        // main thread state is kept (never finalised).
-        unsafe { ffi::PyEval_SaveThread() };
-    }
-    let (app, about, facts) = loaded?;
+                about,
+                facts,
+            ))
+        },
+    )?;
     host.info(&about);
-    for (key, value) in &facts {
-        // The keys are well-formed constants: a refusal cannot happen.
-        let _ = host.fact(key, value);
-    }
+    m0_pyhost::state_facts(host, &facts);
     Ok(app)
-}
-
-/// Runtimes the app imported that do not survive `fork()` without `exec`
-/// (threads or driver state made at import): the doctor warns about them
-/// unless workers are spawned.
-const FORK_UNSAFE: [&str; 9] = [
-    "torch",
-    "tensorflow",
-    "jax",
-    "max",
-    "coremltools",
-    "objc",
-    "grpc",
-    "cupy",
-    "mlx",
-];
-
-fn fork_unsafe_modules(sys: &Bound<'_, PyModule>) -> Vec<&'static str> {
-    let Ok(modules) = sys.getattr("modules") else {
-        return Vec::new();
-    };
-    FORK_UNSAFE
-        .iter()
-        .copied()
-        .filter(|m| modules.contains(*m).unwrap_or(false))
-        .collect()
 }
 
 /// Builds a handler thread's context: thread state, environ template.
@@ -381,7 +258,7 @@ fn serve(
             host.error(&format!(
                 "wsgi: {}: cannot build the environ: {}",
                 request_line(req),
-                interp::format_exception(py, &e)
+                format_exception(py, &e)
             ));
             return Err(Error::INTERNAL);
         }
@@ -422,7 +299,7 @@ fn serve(
                     "500 sent"
                 },
                 app.spec,
-                interp::format_exception(py, &e)
+                format_exception(py, &e)
             ));
         }
     }

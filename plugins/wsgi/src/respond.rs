@@ -12,8 +12,8 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyIterator, PyList, PyString, PyTuple};
 
-use crate::gil;
 use crate::host;
+use m0_pyhost::gil;
 
 /// Writes at least this large release the GIL while the host sends them,
 /// so a slow client does not stall the other handler threads.

@@ -1,4 +1,4 @@
-//! Starting the embedded interpreter and loading the application.
+//! Starting the embedded interpreter and importing from it.
 //!
 //! What was measured to matter when embedding CPython in a plugin:
 //! libpython is re-opened `RTLD_GLOBAL` so extension modules resolve its
@@ -17,48 +17,9 @@ use pyo3::types::{PyList, PyString};
 
 pub use m0serve_plugin::InitError;
 
-/// `MODULE[:ATTR]` from the command line.
-#[derive(Debug, PartialEq, Eq)]
-pub struct AppSpec {
-    pub module: String,
-    /// Dotted attribute path inside the module, `application` by default.
-    pub attr: String,
-}
-
-impl AppSpec {
-    pub fn parse(arg: &str) -> Result<AppSpec, String> {
-        let arg = arg.trim();
-        if arg.is_empty() {
-            return Err(
-                "the wsgi plugin needs an application: ARG is MODULE[:ATTR] \
-                        (for example `myproject.wsgi:application`)"
-                    .into(),
-            );
-        }
-        let (module, attr) = match arg.split_once(':') {
-            Some((m, a)) => (m, a),
-            None => (arg, "application"),
-        };
-        let dotted_ok = |s: &str| !s.is_empty() && s.split('.').all(is_identifier);
-        if !dotted_ok(module) {
-            return Err(format!(
-                "`{arg}` is not MODULE[:ATTR]: `{module}` is not a dotted module name"
-            ));
-        }
-        if !dotted_ok(attr) {
-            return Err(format!(
-                "`{arg}` is not MODULE[:ATTR]: `{attr}` is not a (dotted) attribute name"
-            ));
-        }
-        Ok(AppSpec {
-            module: module.to_owned(),
-            attr: attr.to_owned(),
-        })
-    }
-
-    pub fn display(&self) -> String {
-        format!("{}:{}", self.module, self.attr)
-    }
+/// A dotted name (`pkg.mod`, `app.wsgi`): identifiers joined by dots.
+pub fn is_dotted_name(s: &str) -> bool {
+    !s.is_empty() && s.split('.').all(is_identifier)
 }
 
 /// A Python identifier, close enough: letters (any non-ASCII counts as one),
@@ -124,7 +85,7 @@ pub fn choose_python(venv_arg: &str, libpython: Option<&Path>) -> Result<PythonS
 /// The base interpreter: the one pyo3 was configured with at build time, or
 /// the `bin/python3.X` beside the libpython actually loaded.
 fn base_python(libpython: Option<&Path>) -> PathBuf {
-    let built = env!("M0_WSGI_BUILD_PYTHON");
+    let built = env!("M0_PYHOST_BUILD_PYTHON");
     if !built.is_empty() && Path::new(built).exists() {
         return PathBuf::from(built);
     }
@@ -333,47 +294,45 @@ pub fn prepend_sys_path(py: Python<'_>, dir: &Path) -> PyResult<()> {
     Ok(())
 }
 
-/// Imports the module and resolves the attribute: the WSGI callable.
-pub fn load_app<'py>(
+/// Imports `module` and resolves the dotted `attr` in it (the module itself
+/// when `attr` is empty). `context` says where the names came from (the
+/// WSGI plugin's spec, say), for the messages; an import failure carries
+/// Python's traceback.
+pub fn import_attr<'py>(
     py: Python<'py>,
-    spec: &AppSpec,
+    module: &str,
+    attr: &str,
+    context: &str,
     app_dir: &Path,
 ) -> Result<Bound<'py, PyAny>, InitError> {
-    let module = py.import(spec.module.as_str()).map_err(|e| {
+    let imported = py.import(module).map_err(|e| {
         let tb = format_exception(py, &e);
         InitError::failed(format!(
-            "cannot import module `{}` (spec `{}`, --app-dir {}):\n{tb}",
-            spec.module,
-            spec.display(),
+            "cannot import module `{module}` ({context}, --app-dir {}):\n{tb}",
             app_dir.display()
         ))
     })?;
-    let mut obj = module.into_any();
-    let mut walked = spec.module.clone();
-    for part in spec.attr.split('.') {
+    let mut obj = imported.into_any();
+    let mut walked = module.to_owned();
+    for part in attr.split('.').filter(|p| !p.is_empty()) {
         obj = obj.getattr(part).map_err(|e| {
             InitError::failed(format!(
-                "`{walked}` has no attribute `{part}` (spec `{}`, --app-dir {}): {e}",
-                spec.display(),
+                "`{walked}` has no attribute `{part}` ({context}, --app-dir {}): {e}",
                 app_dir.display()
             ))
         })?;
         walked.push('.');
         walked.push_str(part);
     }
-    if !obj.is_callable() {
-        let ty = obj
-            .get_type()
-            .name()
-            .map(|n| n.to_string())
-            .unwrap_or_else(|_| "?".into());
-        return Err(InitError::failed(format!(
-            "`{}` is not callable: it is a `{ty}` object, a WSGI application must be \
-             callable as app(environ, start_response)",
-            spec.display()
-        )));
-    }
     Ok(obj)
+}
+
+/// The name of `obj`'s type, for messages.
+pub fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".into())
 }
 
 #[cfg(test)]
@@ -381,21 +340,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn spec_defaults_to_application() {
-        assert_eq!(
-            AppSpec::parse("pkg.mod").unwrap(),
-            AppSpec {
-                module: "pkg.mod".into(),
-                attr: "application".into()
-            }
-        );
-        assert_eq!(AppSpec::parse("m:app.wsgi").unwrap().attr, "app.wsgi");
-    }
-
-    #[test]
-    fn spec_rejects_nonsense() {
-        for bad in ["", "a:", ":b", "1x:app", "a b", "a:b:c", "a..b", "a:f()"] {
-            assert!(AppSpec::parse(bad).is_err(), "{bad:?} should be refused");
+    fn dotted_names() {
+        for good in ["m", "pkg.mod", "_x.y1", "café"] {
+            assert!(is_dotted_name(good), "{good:?}");
+        }
+        for bad in ["", "a.", ".b", "1x", "a b", "a..b", "f()", "a:b"] {
+            assert!(!is_dotted_name(bad), "{bad:?} should be refused");
         }
     }
 

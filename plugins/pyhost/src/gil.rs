@@ -12,7 +12,7 @@ use std::sync::{Condvar, Mutex};
 use pyo3::ffi;
 use pyo3::prelude::*;
 
-use crate::host::{self, Host};
+use m0serve_plugin::Host;
 
 /// Calls take the GIL in the order they start.
 ///
@@ -141,7 +141,7 @@ pub fn without_gil<R>(_py: Python<'_>, f: impl FnOnce() -> R) -> R {
     struct Restore(*mut ffi::PyThreadState);
     impl Drop for Restore {
         fn drop(&mut self) {
-            let host = host::get();
+            let host = crate::host();
             let t0 = host.now_ns();
             // SAFETY: the state saved by the matching PyEval_SaveThread on
             // this thread.
