@@ -36,11 +36,12 @@ pub fn hello_c(extra: &[&str]) -> Server {
 /// Integration tests of the root package do not build other workspace
 /// members by themselves (`cargo test --workspace` builds a cdylib only as
 /// a test harness), so `plugin` builds these first.
-const RUST_PLUGINS: [(&str, &str); 4] = [
+const RUST_PLUGINS: [(&str, &str); 5] = [
     ("hello_rs", "hello-rs"),
     ("sdk_faults", "sdk-faults"),
-    ("embed", "m0-embed"),
+    ("embed", "m0-embed-cdylib"),
     ("wsgi", "m0-wsgi"),
+    ("pyembed", "m0-pyembed"),
 ];
 
 /// Builds (or brings up to date) `package` for this test profile, once per

