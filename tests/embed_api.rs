@@ -7,15 +7,20 @@
 //! and never a worker lost; a tiny random BERT against a numpy forward
 //! pass; bad model folders refused with 78.
 
+#[path = "support/embed.rs"]
+mod embed;
 mod support;
 #[path = "support/venv.rs"]
 mod venv;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Barrier;
 use std::time::Duration;
 
+use embed::{
+    Reference, batch_counts, burst, check_replies, cosine, fire, post, reference,
+    stop_and_read_batching, vectors,
+};
 use serde_json::{Value, json};
 use support::{Client, Server, command, plugin};
 
@@ -36,71 +41,6 @@ fn serve_dir(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
 
 fn serve(extra: &[&str]) -> Server {
     serve_dir(&minilm(), extra, &[])
-}
-
-struct Reference {
-    sentences: Vec<String>,
-    tokens: Vec<usize>,
-    embeddings: Vec<Vec<f64>>,
-    unnormalized: Vec<Vec<f64>>,
-    max_len: usize,
-}
-
-fn reference() -> Reference {
-    let path = support::repo_root().join("tests/data/minilm_reference.json");
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let rows = |k: &str| vectors(&v[k]);
-    Reference {
-        sentences: v["sentences"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| s.as_str().unwrap().to_string())
-            .collect(),
-        tokens: v["tokens"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|n| n.as_u64().unwrap() as usize)
-            .collect(),
-        embeddings: rows("embeddings"),
-        unnormalized: rows("unnormalized"),
-        max_len: v["max_seq_length"].as_u64().unwrap() as usize,
-    }
-}
-
-fn cosine(a: &[f64], b: &[f64]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
-    let na: f64 = a.iter().map(|x| x * x).sum::<f64>().sqrt();
-    let nb: f64 = b.iter().map(|x| x * x).sum::<f64>().sqrt();
-    dot / (na * nb)
-}
-
-/// POSTs `body` as JSON; the status and the parsed reply.
-fn post(c: &mut Client, path: &str, body: &Value) -> (u16, Value, support::Response) {
-    let r = c.request(
-        "POST",
-        path,
-        &[("Content-Type", "application/json")],
-        body.to_string().as_bytes(),
-    );
-    let v = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
-    (r.status, v, r)
-}
-
-fn vectors(v: &Value) -> Vec<Vec<f64>> {
-    v.as_array()
-        .unwrap_or_else(|| panic!("not a list of vectors: {v}"))
-        .iter()
-        .map(|r| {
-            r.as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_f64().unwrap())
-                .collect()
-        })
-        .collect()
 }
 
 /// Every reference sentence but the empty one (refused: see below).
@@ -217,120 +157,10 @@ fn normalize_false_gives_the_models_pooled_vectors_and_long_inputs_are_refused_u
     assert_eq!(status, 200);
 }
 
-/// One request of a concurrent burst: where it goes, its body, and the
-/// reference rows its reply must match, `(sentence, normalized)` each.
-struct Probe {
-    path: &'static str,
-    body: Value,
-    want: Vec<(usize, bool)>,
-}
-
-/// Every reference sentence alone (the empty one is refused, as alone),
-/// then requests of two that mix `normalize` and both APIs: what a batch
-/// of requests must keep apart.
-fn burst(r: &Reference) -> Vec<Probe> {
-    let mut probes: Vec<Probe> = (0..r.sentences.len())
-        .map(|i| Probe {
-            path: "/embed",
-            body: json!({"inputs": r.sentences[i], "truncate": true}),
-            want: if r.sentences[i].is_empty() {
-                vec![]
-            } else {
-                vec![(i, true)]
-            },
-        })
-        .collect();
-    for (a, b, normalize) in [
-        (3, 14, false),
-        (6, 23, true),
-        (24, 1, false),
-        (11, 25, true),
-    ] {
-        probes.push(Probe {
-            path: "/embed",
-            body: json!({
-                "inputs": [r.sentences[a], r.sentences[b]],
-                "normalize": normalize,
-                "truncate": true,
-            }),
-            want: vec![(a, normalize), (b, normalize)],
-        });
-    }
-    probes.push(Probe {
-        path: "/v1/embeddings",
-        body: json!({"input": [r.sentences[7], r.sentences[8]], "encoding_format": "float"}),
-        want: vec![(7, true), (8, true)],
-    });
-    probes
-}
-
-/// Sends every probe at once, each on its own connection; the status, the
-/// rows and the reply of each, in the probes' order.
-fn fire(s: &Server, probes: &[Probe]) -> Vec<(u16, Vec<Vec<f64>>, Value)> {
-    let start = Barrier::new(probes.len());
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = probes
-            .iter()
-            .map(|p| {
-                let start = &start;
-                scope.spawn(move || {
-                    let mut c = Client::connect(s.addr);
-                    start.wait();
-                    let (status, v, _) = post(&mut c, p.path, &p.body);
-                    let rows = match (status, p.path) {
-                        (200, "/embed") => vectors(&v),
-                        (200, _) => v["data"]
-                            .as_array()
-                            .unwrap_or_else(|| panic!("no data: {v}"))
-                            .iter()
-                            .map(|d| {
-                                d["embedding"]
-                                    .as_array()
-                                    .unwrap_or_else(|| panic!("no embedding: {d}"))
-                                    .iter()
-                                    .map(|x| x.as_f64().unwrap())
-                                    .collect()
-                            })
-                            .collect(),
-                        _ => vec![],
-                    };
-                    (status, rows, v)
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    })
-}
-
-/// SIGTERM, then the worker's closing `batching:` line, if it wrote one.
-fn stop_and_read_batching(mut s: Server) -> (Option<String>, String) {
-    s.signal(libc::SIGTERM);
-    assert!(
-        s.wait_exit(Duration::from_secs(30)).is_some(),
-        "{}",
-        s.log()
-    );
-    let log = s.log();
-    let line = log
-        .lines()
-        .find(|l| l.contains("batching:"))
-        .map(str::to_string);
-    (line, log)
-}
-
-/// N and M of `batching: N call(s) for M request(s), ...`.
-fn batch_counts(line: &str) -> Option<(usize, usize)> {
-    let rest = line.split("batching: ").nth(1)?;
-    let (calls, rest) = rest.split_once(" call(s) for ")?;
-    let requests = rest.split_whitespace().next()?;
-    Some((calls.parse().ok()?, requests.parse().ok()?))
-}
-
 #[test]
 fn batched_and_unbatched_embeddings_match_the_reference() {
     let r = reference();
     let probes = burst(&r);
-    let norm = |x: &[f64]| x.iter().map(|a| a * a).sum::<f64>().sqrt();
     let mut runs = Vec::new();
     for flags in [
         &["--workers", "1", "--no-batch"][..],
@@ -338,33 +168,7 @@ fn batched_and_unbatched_embeddings_match_the_reference() {
     ] {
         let s = serve(flags);
         let got = fire(&s, &probes);
-        for (p, (status, rows, v)) in probes.iter().zip(&got) {
-            if p.want.is_empty() {
-                assert_eq!((*status, &v["error_type"]), (400, &json!("Empty")), "{v}");
-                continue;
-            }
-            assert_eq!(*status, 200, "{flags:?} {}: {v}", p.body);
-            assert_eq!(rows.len(), p.want.len(), "{flags:?} {}", p.body);
-            for (row, &(i, normalized)) in rows.iter().zip(&p.want) {
-                let (want, what) = if normalized {
-                    (&r.embeddings[i], "normalized")
-                } else {
-                    (&r.unnormalized[i], "unnormalized")
-                };
-                let cos = cosine(row, want);
-                assert!(
-                    cos >= 0.9999,
-                    "{flags:?}: sentence {i} {what}: cosine {cos}"
-                );
-                // A batch mixes requests that normalize and ones that do
-                // not: each row keeps its own request's length.
-                let ratio = norm(row) / norm(want);
-                assert!(
-                    (ratio - 1.0).abs() < 1e-3,
-                    "{flags:?}: sentence {i} {what}: norm ratio {ratio}"
-                );
-            }
-        }
+        check_replies(&format!("{flags:?}"), &r, &probes, &got);
         let (line, log) = stop_and_read_batching(s);
         runs.push((got, line, log));
     }

@@ -1,0 +1,404 @@
+//! The pyembed plugin over real sockets, with the numpy backend of
+//! `backends/` and the test backends of `tests/embed/`: the reference
+//! sentences concurrently under two workers, forked and spawned, batched by
+//! the core and not (cosine >= 0.9999 against sentence-transformers); a
+//! SIGHUP that replaces the workers with no failed request; a SIGTERM that
+//! drains; a backend that cannot be imported (exit 1, its traceback in the
+//! log); a forward pass that raises or returns the wrong array (500 for its
+//! requests, and the worker serves the next); `--doctor`'s report of the
+//! Python side, the model and the backend.
+
+#[path = "support/embed.rs"]
+mod embed;
+mod support;
+#[path = "support/venv.rs"]
+mod venv;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use embed::{burst, check_replies, cosine, fire, post, reference, stop_and_read_batching};
+use serde_json::{Value, json};
+use support::{Client, Server, command, plugin, repo_root};
+
+/// The repository's backends (`numpy_minilm`).
+fn backends() -> PathBuf {
+    repo_root().join("backends")
+}
+
+/// The test backends (`faulty_backend`, `broken_backend`).
+fn test_backends() -> PathBuf {
+    repo_root().join("tests/embed")
+}
+
+/// `m0serve --plugin pyembed --app-dir APP_DIR --venv VENV MODULE EXTRA...`
+/// with the embedding venv (numpy and the model) and `env` set.
+fn pyembed(app_dir: &PathBuf, module: &str, extra: &[&str], env: &[(&str, &str)]) -> Command {
+    let p = plugin("pyembed");
+    let venv = venv::embed_venv();
+    let mut args = vec![
+        "--plugin",
+        p.to_str().unwrap(),
+        "--app-dir",
+        app_dir.to_str().unwrap(),
+        "--venv",
+        venv.to_str().unwrap(),
+        module,
+    ];
+    args.extend_from_slice(extra);
+    let mut cmd = command(&args);
+    for var in ["M0_PYEMBED_GIL", "M0_EMBED_MODEL_DIR", "M0_EMBED_THREADS"] {
+        cmd.env_remove(var);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+fn serve_numpy(extra: &[&str]) -> Server {
+    Server::start_cmd(pyembed(&backends(), "numpy_minilm", extra, &[]))
+}
+
+/// The first reference sentence that is not empty.
+fn first_sentence(r: &embed::Reference) -> usize {
+    r.sentences.iter().position(|t| !t.is_empty()).unwrap()
+}
+
+/// Starts a server that must fail: its exit code and log.
+fn fail(cmd: Command) -> (Option<i32>, String) {
+    match Server::try_start(cmd) {
+        Ok(s) => panic!("the server started:\n{}", s.log()),
+        Err((log, status)) => (status.and_then(|s| s.code()), log),
+    }
+}
+
+#[test]
+fn the_numpy_backend_matches_the_reference_batched_and_not_in_fork_and_spawn_workers() {
+    let _serial = support::serial();
+    let r = reference();
+    let probes = burst(&r);
+    for mode in [
+        &["--workers", "2"][..],
+        &["--workers", "2", "--spawn-workers"],
+    ] {
+        for batching in [&[][..], &["--no-batch"]] {
+            let flags = [mode, batching].concat();
+            let s = serve_numpy(&flags);
+            let spawned = mode.contains(&"--spawn-workers");
+            assert!(
+                s.log()
+                    .contains(if spawned { "spawn mode" } else { "fork mode" }),
+                "{}",
+                s.log()
+            );
+            let got = fire(&s, &probes);
+            check_replies(&format!("{flags:?}"), &r, &probes, &got);
+            assert_eq!(s.log_count("replacing it"), 0, "{}", s.log());
+            let (line, log) = stop_and_read_batching(s);
+            eprintln!("{flags:?}: {line:?}");
+            if batching.is_empty() {
+                assert!(line.is_some(), "no batching line:\n{log}");
+            } else {
+                assert!(
+                    line.as_deref().is_none_or(|l| l.contains("off")),
+                    "--no-batch still batched: {line:?}\n{log}"
+                );
+            }
+        }
+    }
+}
+
+/// One embedding request on a new connection: whether it got a 200 with
+/// one vector, else what happened.
+fn one_request(addr: std::net::SocketAddr) -> Result<(), String> {
+    let body = json!({"inputs": "a sentence to embed"}).to_string();
+    let mut c = TcpStream::connect(addr).map_err(|e| format!("connect: {e}"))?;
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let sent = c.write_all(
+        format!(
+            "POST /embed HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    );
+    let mut out = Vec::new();
+    let read = c.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out);
+    if text.starts_with("HTTP/1.1 200") && text.ends_with("]]") {
+        Ok(())
+    } else {
+        Err(format!("send {sent:?}, read {read:?}: {text:?}"))
+    }
+}
+
+#[test]
+fn sighup_replaces_the_workers_without_a_failed_request() {
+    let _serial = support::serial();
+    let s = serve_numpy(&["--workers", "2"]);
+    let before = s.worker_pids();
+    let addr = s.addr;
+    let stop = Arc::new(AtomicBool::new(false));
+    let load: Vec<_> = (0..2)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let (mut ok, mut failures) = (0u32, Vec::new());
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                    match one_request(addr) {
+                        Ok(()) => ok += 1,
+                        Err(e) => failures.push(e),
+                    }
+                }
+                (ok, failures)
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    s.signal(libc::SIGHUP);
+    // A new worker imports numpy and the model before the old one goes.
+    assert!(
+        s.wait_for_log("worker 1 replaced", Duration::from_secs(60)),
+        "{}",
+        s.log()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::Relaxed);
+    let (mut ok, mut failures) = (0, Vec::new());
+    for h in load {
+        let (o, f) = h.join().unwrap();
+        ok += o;
+        failures.extend(f);
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failed of {}: {:?}\n{}",
+        failures.len(),
+        ok + failures.len() as u32,
+        &failures[..failures.len().min(5)],
+        s.log()
+    );
+    assert!(ok > 10, "the load loop barely ran: {ok}");
+    let after = s.worker_pids();
+    assert!(
+        before.iter().all(|p| !after.contains(p)),
+        "workers not replaced: {before:?} -> {after:?}"
+    );
+}
+
+#[test]
+fn sigterm_drains_the_requests_in_flight_and_exits_0() {
+    let _serial = support::serial();
+    let r = reference();
+    let mut s = serve_numpy(&["--workers", "2"]);
+    // Every sentence in each request: a forward pass of some length.
+    let inputs: Vec<&str> = r
+        .sentences
+        .iter()
+        .filter(|t| !t.is_empty())
+        .map(String::as_str)
+        .collect();
+    let body = json!({"inputs": inputs, "truncate": true});
+    // Accepted before the signal, so each is answered.
+    let clients: Vec<Client> = (0..6).map(|_| Client::connect(s.addr)).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let replies: Vec<_> = clients
+        .into_iter()
+        .map(|mut c| {
+            let body = body.clone();
+            std::thread::spawn(move || post(&mut c, "/embed", &body))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(100));
+    s.signal(libc::SIGTERM);
+    for h in replies {
+        let (status, v, _) = h.join().unwrap();
+        assert_eq!(status, 200, "{v}\n{}", s.log());
+        let rows = embed::vectors(&v);
+        assert_eq!(rows.len(), inputs.len());
+        let k = first_sentence(&r);
+        let cos = cosine(&rows[0], &r.embeddings[k]);
+        assert!(cos >= 0.9999, "cosine {cos}");
+    }
+    let status = s
+        .wait_exit(Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("no exit after SIGTERM:\n{}", s.log()));
+    assert_eq!(status.code(), Some(0), "{}", s.log());
+}
+
+#[test]
+fn a_backend_that_cannot_be_imported_exits_1_with_its_traceback_once() {
+    let _serial = support::serial();
+    let (code, log) = fail(pyembed(
+        &test_backends(),
+        "broken_backend",
+        &["--workers", "2"],
+        &[],
+    ));
+    assert_eq!(code, Some(1), "{log}");
+    // Each worker that tried to start logged the traceback once, in its
+    // reason (the core retries a worker until it dies too fast too often,
+    // then exits with its status).
+    let attempts = log.matches("plugin pyembed failed to start").count();
+    assert!(attempts >= 1, "{log}");
+    assert_eq!(
+        log.matches("ImportError: BROKEN-BACKEND-AT-IMPORT").count(),
+        attempts,
+        "{log}"
+    );
+    assert_eq!(log.matches("Traceback").count(), attempts, "{log}");
+    assert!(log.contains("broken_backend.py"), "{log}");
+    // A module that is not there: named, with --app-dir.
+    let dir = test_backends();
+    let (code, log) = fail(pyembed(&dir, "no_such_backend_xyz", &[], &[]));
+    assert_eq!(code, Some(1), "{log}");
+    for needle in [
+        "no_such_backend_xyz",
+        "ModuleNotFoundError",
+        &format!("--app-dir {}", dir.display()),
+    ] {
+        assert!(log.contains(needle), "{needle:?} not in:\n{log}");
+    }
+    // Configuration errors are 78, by name.
+    let (code, log) = fail(pyembed(&dir, "not a module", &[], &[]));
+    assert_eq!(code, Some(78), "{log}");
+    assert!(log.contains("not a module name"), "{log}");
+    let (code, log) = fail(pyembed(
+        &backends(),
+        "numpy_minilm",
+        &[],
+        &[("M0_PYEMBED_GIL", "sometimes")],
+    ));
+    assert_eq!(code, Some(78), "{log}");
+    assert!(log.contains("M0_PYEMBED_GIL"), "{log}");
+}
+
+#[test]
+fn a_forward_pass_that_raises_answers_500_and_the_worker_serves_the_next() {
+    let _serial = support::serial();
+    let r = reference();
+    let s = Server::start_cmd(pyembed(
+        &test_backends(),
+        "faulty_backend",
+        &["--workers", "1"],
+        &[],
+    ));
+    let pids = s.worker_pids();
+    let mut c = Client::connect(s.addr);
+    let k = first_sentence(&r);
+    let fine = |c: &mut Client| {
+        let (status, v, _) = post(c, "/embed", &json!({"inputs": r.sentences[k]}));
+        assert_eq!(status, 200, "{v}");
+        let cos = cosine(&embed::vectors(&v)[0], &r.embeddings[k]);
+        assert!(cos >= 0.9999, "cosine {cos}");
+    };
+    fine(&mut c);
+    let (status, v, _) = post(&mut c, "/embed", &json!({"inputs": "please explode now"}));
+    assert_eq!(status, 500, "{v}");
+    let msg = v["error"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("faulty_backend") && msg.contains("EXPLODE-MARKER"),
+        "{v}"
+    );
+    assert!(
+        s.wait_for_log("Traceback (most recent call last)", Duration::from_secs(5)),
+        "{}",
+        s.log()
+    );
+    assert_eq!(
+        s.log_count("Traceback (most recent call last)"),
+        1,
+        "{}",
+        s.log()
+    );
+    fine(&mut c);
+    // OpenAI's route answers in its own shape.
+    let (status, v, _) = post(
+        &mut c,
+        "/v1/embeddings",
+        &json!({"input": ["explode", "fine"]}),
+    );
+    assert_eq!(status, 500, "{v}");
+    assert!(v["error"]["message"].is_string(), "{v}");
+    // The wrong dtype back: named, with what it must be.
+    let (status, v, _) = post(&mut c, "/embed", &json!({"inputs": "what shape is it"}));
+    assert_eq!(status, 500, "{v}");
+    let msg = v["error"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("faulty_backend") && msg.contains("float64") && msg.contains("float32"),
+        "{v}"
+    );
+    fine(&mut c);
+    assert_eq!(s.worker_pids(), pids);
+    assert_eq!(s.log_count("replacing it"), 0, "{}", s.log());
+}
+
+/// `--doctor` with `env`: exit code and JSON.
+fn doctor(env: &[(&str, &str)]) -> (Option<i32>, Value) {
+    let mut cmd = pyembed(&backends(), "numpy_minilm", &[], env);
+    let out = cmd.arg("--doctor").output().expect("run --doctor");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let j = serde_json::from_str(text.trim()).unwrap_or_else(|e| {
+        panic!(
+            "no JSON ({e}):\n{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code(), j)
+}
+
+#[test]
+fn doctor_reports_python_the_model_and_the_backend() {
+    let _serial = support::serial();
+    let (code, j) = doctor(&[]);
+    assert_eq!(code, Some(0), "{j:#}");
+    let plugin = &j["plugin"];
+    assert_eq!(plugin["name"], "pyembed", "{j:#}");
+    assert_eq!(plugin["process_lock"], "held", "{j:#}");
+    assert_eq!(plugin["call_model"], "reentrant", "{j:#}");
+    assert_eq!(plugin["needs_exec"], false, "{j:#}");
+    assert_eq!(plugin["declares_batch"], true, "{j:#}");
+    let py = &j["python"];
+    assert!(
+        py["version"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("3.11"),
+        "{j:#}"
+    );
+    assert_eq!(py["app"], "numpy_minilm", "{j:#}");
+    assert_eq!(py["app_imports"], true, "{j:#}");
+    assert!(
+        py["venv"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("embed-venv"),
+        "{j:#}"
+    );
+    let facts = &plugin["facts"];
+    assert_eq!(facts["pyembed.backend"], "numpy_minilm", "{j:#}");
+    assert_eq!(facts["pyembed.name"], "numpy", "{j:#}");
+    assert_eq!(facts["pyembed.gil"], "held", "{j:#}");
+    assert_eq!(facts["pyembed.releases_gil"], "false", "{j:#}");
+    assert_eq!(
+        facts["embed.model"], "sentence-transformers/all-MiniLM-L6-v2",
+        "{j:#}"
+    );
+    assert_eq!(facts["embed.dim"], "384", "{j:#}");
+    assert_eq!(facts["embed.max_len"], "256", "{j:#}");
+    assert_eq!(facts["embed.pooling"], "mean", "{j:#}");
+    assert_eq!(facts["embed.threads"], "1", "{j:#}");
+    assert!(facts.get("embed.weight_bytes").is_none(), "{j:#}");
+    // The declared lock comes from the variable, read before any import.
+    let (code, j) = doctor(&[("M0_PYEMBED_GIL", "released")]);
+    assert_eq!(code, Some(0), "{j:#}");
+    assert_eq!(j["plugin"]["process_lock"], "released", "{j:#}");
+    assert_eq!(j["plugin"]["facts"]["pyembed.gil"], "released", "{j:#}");
+}
