@@ -16,7 +16,7 @@ mod venv;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,7 +38,7 @@ fn test_backends() -> PathBuf {
 
 /// `m0serve --plugin pyembed --app-dir APP_DIR --venv VENV MODULE EXTRA...`
 /// with the embedding venv (numpy and the model) and `env` set.
-fn pyembed(app_dir: &PathBuf, module: &str, extra: &[&str], env: &[(&str, &str)]) -> Command {
+fn pyembed(app_dir: &Path, module: &str, extra: &[&str], env: &[(&str, &str)]) -> Command {
     let p = plugin("pyembed");
     let venv = venv::embed_venv();
     let mut args = vec![
