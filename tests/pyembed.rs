@@ -14,13 +14,9 @@ mod support;
 #[path = "support/venv.rs"]
 mod venv;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use embed::{burst, check_replies, cosine, fire, post, reference, stop_and_read_batching};
 use serde_json::{Value, json};
@@ -114,83 +110,18 @@ fn the_numpy_backend_matches_the_reference_batched_and_not_in_fork_and_spawn_wor
     }
 }
 
-/// One embedding request on a new connection: whether it got a 200 with
-/// one vector, else what happened.
-fn one_request(addr: std::net::SocketAddr) -> Result<(), String> {
-    let body = json!({"inputs": "a sentence to embed"}).to_string();
-    let mut c = TcpStream::connect(addr).map_err(|e| format!("connect: {e}"))?;
-    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let sent = c.write_all(
-        format!(
-            "POST /embed HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        )
-        .as_bytes(),
-    );
-    let mut out = Vec::new();
-    let read = c.read_to_end(&mut out);
-    let text = String::from_utf8_lossy(&out);
-    if text.starts_with("HTTP/1.1 200") && text.ends_with("]]") {
-        Ok(())
-    } else {
-        Err(format!("send {sent:?}, read {read:?}: {text:?}"))
-    }
-}
-
 #[test]
 fn sighup_replaces_the_workers_without_a_failed_request() {
     let _serial = support::serial();
     let s = serve_numpy(&["--workers", "2"]);
-    let before = s.worker_pids();
-    let addr = s.addr;
-    let stop = Arc::new(AtomicBool::new(false));
-    let load: Vec<_> = (0..2)
-        .map(|_| {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                let (mut ok, mut failures) = (0u32, Vec::new());
-                let deadline = Instant::now() + Duration::from_secs(60);
-                while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
-                    match one_request(addr) {
-                        Ok(()) => ok += 1,
-                        Err(e) => failures.push(e),
-                    }
-                }
-                (ok, failures)
-            })
-        })
-        .collect();
-    std::thread::sleep(Duration::from_millis(500));
-    s.signal(libc::SIGHUP);
+    let body = json!({"inputs": "a sentence to embed"}).to_string();
+    let request = format!(
+        "POST /embed HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
     // A new worker imports numpy and the model before the old one goes.
-    assert!(
-        s.wait_for_log("worker 1 replaced", Duration::from_secs(60)),
-        "{}",
-        s.log()
-    );
-    std::thread::sleep(Duration::from_millis(500));
-    stop.store(true, Ordering::Relaxed);
-    let (mut ok, mut failures) = (0, Vec::new());
-    for h in load {
-        let (o, f) = h.join().unwrap();
-        ok += o;
-        failures.extend(f);
-    }
-    assert!(
-        failures.is_empty(),
-        "{} failed of {}: {:?}\n{}",
-        failures.len(),
-        ok + failures.len() as u32,
-        &failures[..failures.len().min(5)],
-        s.log()
-    );
-    assert!(ok > 10, "the load loop barely ran: {ok}");
-    let after = s.worker_pids();
-    assert!(
-        before.iter().all(|p| !after.contains(p)),
-        "workers not replaced: {before:?} -> {after:?}"
-    );
+    support::sighup_under_load(&s, request.as_bytes(), b"]]", Duration::from_secs(60));
 }
 
 #[test]

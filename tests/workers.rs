@@ -299,71 +299,11 @@ fn new_connections_are_refused_once_a_full_stop_begins() {
 #[test]
 fn sighup_replaces_workers_without_a_failed_request() {
     let s = start(&["--workers", "2"]);
-    let before: HashSet<i32> = s.worker_pids().into_iter().collect();
-    let addr = s.addr;
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let load: Vec<_> = (0..2)
-        .map(|_| {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                let mut ok = 0u32;
-                let mut failures: Vec<String> = Vec::new();
-                let deadline = Instant::now() + Duration::from_secs(20);
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline
-                {
-                    // A new connection each time: refused connects would show.
-                    match TcpStream::connect(addr) {
-                        Ok(mut c) => {
-                            c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-                            let sent = c.write_all(
-                                b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
-                            );
-                            let mut out = Vec::new();
-                            let read = c.read_to_end(&mut out);
-                            if out.starts_with(b"HTTP/1.1 200") && out.ends_with(b"hello, world\n")
-                            {
-                                ok += 1;
-                            } else {
-                                failures.push(format!(
-                                    "send {sent:?}, read {read:?}: {:?}",
-                                    String::from_utf8_lossy(&out)
-                                ));
-                            }
-                        }
-                        Err(e) => failures.push(format!("connect: {e}")),
-                    }
-                }
-                (ok, failures)
-            })
-        })
-        .collect();
-    std::thread::sleep(Duration::from_millis(300));
-    s.signal(libc::SIGHUP);
-    assert!(
-        s.wait_for_log("worker 1 replaced", Duration::from_secs(15)),
-        "{}",
-        s.log()
-    );
-    std::thread::sleep(Duration::from_millis(500));
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let (mut ok, mut failures) = (0, Vec::new());
-    for h in load {
-        let (o, f) = h.join().unwrap();
-        ok += o;
-        failures.extend(f);
-    }
-    assert!(
-        failures.is_empty(),
-        "{} failed of {}: {:?}",
-        failures.len(),
-        ok + failures.len() as u32,
-        &failures[..failures.len().min(5)]
-    );
-    assert!(ok > 10, "the load loop barely ran: {ok}");
-    let after: HashSet<i32> = s.worker_pids().into_iter().collect();
-    assert!(
-        before.is_disjoint(&after),
-        "workers not replaced: {before:?} -> {after:?}"
+    support::sighup_under_load(
+        &s,
+        b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+        b"hello, world\n",
+        Duration::from_secs(15),
     );
 }
 

@@ -91,6 +91,77 @@ pub fn plugin(name: &str) -> PathBuf {
     )
 }
 
+/// One request on a new connection (`Connection: close`): `Ok` when the
+/// reply starts `HTTP/1.1 200` and ends with `tail`, else what happened.
+/// New connections each time, so refused connects show.
+pub fn fresh_request(addr: SocketAddr, request: &[u8], tail: &[u8]) -> Result<(), String> {
+    let mut c = TcpStream::connect(addr).map_err(|e| format!("connect: {e}"))?;
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let sent = c.write_all(request);
+    let mut out = Vec::new();
+    let read = c.read_to_end(&mut out);
+    if out.starts_with(b"HTTP/1.1 200") && out.ends_with(tail) {
+        Ok(())
+    } else {
+        Err(format!(
+            "send {sent:?}, read {read:?}: {:?}",
+            String::from_utf8_lossy(&out)
+        ))
+    }
+}
+
+/// Two clients loop on `request` (see [`fresh_request`]) while the server
+/// gets a SIGHUP; asserts that no request failed, that the loop ran, and
+/// that every worker was replaced (the last within `replaced_within`).
+pub fn sighup_under_load(s: &Server, request: &[u8], tail: &[u8], replaced_within: Duration) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let before = s.worker_pids();
+    let stop = AtomicBool::new(false);
+    let (ok, failures) = std::thread::scope(|scope| {
+        let load: Vec<_> = (0..2)
+            .map(|_| {
+                scope.spawn(|| {
+                    let (mut ok, mut failures) = (0u32, Vec::new());
+                    let deadline = Instant::now() + replaced_within + Duration::from_secs(5);
+                    while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                        match fresh_request(s.addr, request, tail) {
+                            Ok(()) => ok += 1,
+                            Err(e) => failures.push(e),
+                        }
+                    }
+                    (ok, failures)
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        s.signal(libc::SIGHUP);
+        let replaced = s.wait_for_log("worker 1 replaced", replaced_within);
+        std::thread::sleep(Duration::from_millis(500));
+        stop.store(true, Ordering::Relaxed);
+        assert!(replaced, "{}", s.log());
+        let (mut ok, mut failures) = (0, Vec::new());
+        for h in load {
+            let (o, f) = h.join().unwrap();
+            ok += o;
+            failures.extend(f);
+        }
+        (ok, failures)
+    });
+    assert!(
+        failures.is_empty(),
+        "{} failed of {}: {:?}",
+        failures.len(),
+        ok + failures.len() as u32,
+        &failures[..failures.len().min(5)]
+    );
+    assert!(ok > 10, "the load loop barely ran: {ok}");
+    let after = s.worker_pids();
+    assert!(
+        before.iter().all(|p| !after.contains(p)),
+        "workers not replaced: {before:?} -> {after:?}"
+    );
+}
+
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }

@@ -279,28 +279,10 @@ fn load_module(
             ))
         })
     };
-    let wrong = |name: &str, want: &str, got: &Bound<'_, PyAny>| {
-        failed(format!(
-            "backend `{module}`: `{name}` is a `{}`, not {want}",
-            type_name(got)
-        ))
-    };
-    let name_obj = attr("name", "a str")?;
-    let name: String = name_obj
-        .extract()
-        .map_err(|_| wrong("name", "a str", &name_obj))?;
-    let dim_obj = attr("dim", "an int")?;
-    let dim: usize = dim_obj
-        .extract()
-        .map_err(|_| wrong("dim", "a positive int", &dim_obj))?;
-    let releases_obj = attr("releases_gil", "a bool")?;
-    let releases_gil: bool = releases_obj
-        .extract()
-        .map_err(|_| wrong("releases_gil", "a bool", &releases_obj))?;
-    let threads_obj = attr("threads", "an int")?;
-    let threads: usize = threads_obj
-        .extract()
-        .map_err(|_| wrong("threads", "a positive int", &threads_obj))?;
+    let name: String = extract_attr(&backend, module, "name", "a str")?;
+    let dim: usize = extract_attr(&backend, module, "dim", "a positive int")?;
+    let releases_gil: bool = extract_attr(&backend, module, "releases_gil", "a bool")?;
+    let threads: usize = extract_attr(&backend, module, "threads", "a positive int")?;
     let forward = attr("forward", "a method")?;
     if !forward.is_callable() || dim == 0 || threads == 0 {
         return Err(failed(format!(
@@ -334,6 +316,31 @@ fn load_module(
         threads,
         about,
         facts,
+    })
+}
+
+/// The backend's attribute `name`, as a `T` (`want` says what it should
+/// be, for the message).
+fn extract_attr<'py, T>(
+    backend: &Bound<'py, PyAny>,
+    module: &str,
+    name: &str,
+    want: &str,
+) -> Result<T, InitError>
+where
+    T: pyo3::conversion::FromPyObjectOwned<'py>,
+{
+    let value = backend.getattr(name).map_err(|e| {
+        InitError::failed(format!(
+            "pyembed: the backend `{module}.load` returned (a `{}`) has no `{name}` ({want}): {e}",
+            type_name(backend)
+        ))
+    })?;
+    value.extract().map_err(|_| {
+        InitError::failed(format!(
+            "pyembed: backend `{module}`: `{name}` is a `{}`, not {want}",
+            type_name(&value)
+        ))
     })
 }
 
