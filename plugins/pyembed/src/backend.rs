@@ -447,3 +447,28 @@ impl PyBackend {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use m0_embed::Embed;
+    use m0serve_abi::{M0_CALL_REENTRANT, M0_CAP_BATCH, M0_CAP_REPORTS_LOCK_WAIT, M0_LOCK_HELD};
+    use m0serve_plugin::Plugin;
+
+    use super::*;
+
+    #[test]
+    fn the_descriptor_is_the_embed_plugins_with_the_gil_held() {
+        let info = Embed::<PyBackend>::DESCRIPTION.to_info();
+        assert_eq!(info.call_model, M0_CALL_REENTRANT);
+        assert_eq!(info.process_lock, M0_LOCK_HELD);
+        assert_eq!(
+            info.caps & M0_CAP_REPORTS_LOCK_WAIT,
+            M0_CAP_REPORTS_LOCK_WAIT
+        );
+        // describe() adds the batch limits (and reads M0_PYEMBED_GIL,
+        // unset here).
+        let described = Embed::<PyBackend>::describe().to_info();
+        assert_eq!(described.caps & M0_CAP_BATCH, M0_CAP_BATCH);
+        assert!(described.max_batch > 0 && described.max_batch_bytes > 0);
+    }
+}
