@@ -41,6 +41,11 @@ pub const ENV_PLUGIN_FILE: &str = "M0_PLUGIN_FILE";
 /// Test hook: exec this path instead of our own binary.
 pub const ENV_SPAWN_EXE: &str = "M0_SPAWN_EXE";
 
+/// Exit code of a stop that `--graceful-timeout` cut short: the server
+/// stopped as asked, but requests still in flight were cut off. Not 1,
+/// which says the server could not start.
+pub const EXIT_GRACEFUL_TIMEOUT: i32 = 3;
+
 /// Flush what we printed and leave without running atexit handlers.
 pub fn exit_now(code: i32) -> ! {
     let _ = std::io::stdout().flush();

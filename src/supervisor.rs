@@ -21,8 +21,9 @@ use nix::unistd::{ForkResult, Pid, fork};
 
 use crate::config::Config;
 use crate::process::{
-    ENV_PLUGIN_FILE, ENV_SHARE_FDS, ENV_SPAWN_EXE, ENV_WORKER_INDEX, ENV_WORKER_SPAWNED, Mode,
-    SPAWN_LISTEN_FD, SPAWN_PAGE_FD, SPAWN_READY_FD, SPAWN_RECV_FD, SPAWN_SENDS_FD,
+    ENV_PLUGIN_FILE, ENV_SHARE_FDS, ENV_SPAWN_EXE, ENV_WORKER_INDEX, ENV_WORKER_SPAWNED,
+    EXIT_GRACEFUL_TIMEOUT, Mode, SPAWN_LISTEN_FD, SPAWN_PAGE_FD, SPAWN_READY_FD, SPAWN_RECV_FD,
+    SPAWN_SENDS_FD,
 };
 use crate::shared_page::SharedPage;
 use crate::signals::{STOP_SIGNALS, SignalPipe};
@@ -421,7 +422,7 @@ impl Supervisor<'_> {
             let _ = kill(*pid, Signal::SIGKILL);
         }
         if self.exit_code == 0 {
-            self.exit_code = 1;
+            self.exit_code = EXIT_GRACEFUL_TIMEOUT;
         }
         self.stopping = Some(Instant::now() + Duration::from_secs(3600));
     }
@@ -555,13 +556,22 @@ impl Supervisor<'_> {
             }
         }
         if self.stopping.is_some() {
-            if code != Some(0) {
+            if code == Some(EXIT_GRACEFUL_TIMEOUT) {
+                crate::log::warn(format_args!(
+                    "worker {index} pid={pid} cut requests off at --graceful-timeout {}s",
+                    self.cfg.cli.graceful_timeout.as_secs_f64()
+                ));
+            } else if code != Some(0) {
                 crate::log::warn(format_args!(
                     "worker {index} pid={pid} {how} while stopping"
                 ));
-                if self.exit_code == 0 {
-                    self.exit_code = 1;
-                }
+            }
+            if self.exit_code == 0 {
+                self.exit_code = match code {
+                    Some(0) => 0,
+                    Some(EXIT_GRACEFUL_TIMEOUT) => EXIT_GRACEFUL_TIMEOUT,
+                    _ => 1,
+                };
             }
             return;
         }

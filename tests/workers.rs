@@ -262,6 +262,31 @@ fn ctrl_c_to_the_process_group_drains_and_a_second_one_stops_at_once() {
 }
 
 #[test]
+fn graceful_timeout_cuts_requests_off_at_the_timeout_and_exits_3() {
+    let mut s = start(&["--workers", "2", "--graceful-timeout", "1"]);
+    let slow = slow_request(s.addr, 30_000);
+    std::thread::sleep(Duration::from_millis(300));
+    s.signal(libc::SIGTERM);
+    let status = s.wait_exit(Duration::from_secs(20)).expect("exits");
+    // The documented code for a stop that cut requests off; not 1, which
+    // says the server could not start.
+    assert_eq!(status.code(), Some(3), "{}", s.log());
+    let out = slow.join().unwrap();
+    assert!(
+        !String::from_utf8_lossy(&out).contains("slept"),
+        "the request ran to its end"
+    );
+    let log = s.log();
+    assert!(
+        log.contains("cut requests off at --graceful-timeout 1s"),
+        "{log}"
+    );
+    // The worker left at its own deadline: the supervisor's backstop kill,
+    // two seconds later, never fired.
+    assert!(!log.contains("killing it"), "{log}");
+}
+
+#[test]
 fn new_connections_are_refused_once_a_full_stop_begins() {
     let mut s = start(&["--workers", "2"]);
     let addr = s.addr;

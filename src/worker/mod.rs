@@ -230,10 +230,12 @@ fn finish(exit: Exit, mut pool: Pool, accepted: u64, batching: bool) -> Result<i
         }
         Exit::Immediate => return Ok(0),
         Exit::DeadlinePassed(n) => {
+            // Its threads are inside the plugin and stay there: waiting for
+            // them would stretch the timeout the user set.
             crate::log::warn(format_args!(
-                "graceful timeout reached with {n} request(s) still in flight"
+                "graceful timeout reached with {n} request(s) still in flight; cutting them off"
             ));
-            1
+            return Ok(crate::process::EXIT_GRACEFUL_TIMEOUT);
         }
     };
     let left = pool.stop(Duration::from_secs(5));
