@@ -32,6 +32,9 @@ Until the plugin (target/release/libm0_embed.so) is built and answers POST /embe
 floats per sentence, the m0serve rows are skipped with a note that says why; the ORT rows
 still run.
 
+The sentences, bodies, server command, probe and the measured wrk load are shared with
+embed_batching.py in _embed.py.
+
 GFLOP/s counts the real tokens only (no padding): per sentence of n tokens
 6 x n x (2 x (4 x 384^2 + 2 x 384 x 1536) + 2 x 2 x n x 384) (bench/embed/minilm.py).
 """
@@ -40,12 +43,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import socket
 import subprocess
+import sys
+from pathlib import Path
 from typing import NamedTuple
 
 import harness as h
+
+sys.path.insert(0, str(Path(__file__).parent))
+import _embed  # noqa: E402
+from _embed import json_lines, spread, venv_py, write_bodies  # noqa: E402
 
 TITLE = "embed — all-MiniLM-L6-v2 on m0serve's embed plugin vs ONNX Runtime in-process"
 ABOUT = ("Sentence embeddings (all-MiniLM-L6-v2, fp32, 384 floats, normalized) of short sentences: "
@@ -58,10 +65,10 @@ TARGET = ("latency: a lone request (1 connection, 1 sentence) within 1.1x of ONN
           "1 compute thread each, is best, so that it can be the default.")
 NEEDS = ["wrk", "venv", "embed", "m0serve"]
 
-EMBED = h.BENCH / "embed"
-OUTDIR = h.OUT / "embed"
+EMBED = _embed.EMBED
+OUTDIR = _embed.OUTDIR
 ONNX = OUTDIR / "all-MiniLM-L6-v2.onnx"
-PLUGIN = h.M0SERVE.parent / "libm0_embed.so"
+PLUGIN = _embed.PLUGIN
 PORT = h.BASE_PORT + 50
 BATCHES = [1, 32]
 CONNS = [1, 8, 32]
@@ -79,12 +86,7 @@ class Config(NamedTuple):
 
 
 def m0_server(key: str, workers: int, threads: int | None, cpus: str | None) -> h.Server:
-    return h.Server(f"m0serve embed {key}",
-                    ["{m0serve}", "--plugin", "embed", "--venv", str(h.VENV),
-                     "--host", "127.0.0.1", "--port", "{port}",
-                     "--workers", str(workers), "--max-keepalive-requests", "0"],
-                    cpus=cpus, env={"M0_EMBED_THREADS": str(threads)} if threads else {},
-                    expect=None, start_timeout=60.0, version_cmd=["{m0serve}", "--version"])
+    return _embed.m0_server(f"m0serve embed {key}", workers, threads, cpus)
 
 
 ALL_LOADS = [(b, c) for b in BATCHES for c in CONNS]
@@ -97,70 +99,6 @@ CONFIGS = [
 ]
 SERVER = CONFIGS[0].server       # for the version line
 M0_RETRIED: dict[str, int] = {}   # m0serve samples measured again because of other load
-
-
-def venv_py(script: str, *args: str) -> subprocess.CompletedProcess:
-    argv = [str(h.VENV / "bin" / "python"), str(EMBED / script), *args]
-    r = subprocess.run(argv, capture_output=True, text=True, cwd=h.ROOT)
-    if r.returncode != 0:
-        raise h.BenchError(f"{' '.join(argv)} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
-    return r
-
-
-def json_lines(text: str) -> list[dict]:
-    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
-
-
-def http_post(port: int, path: str, body: bytes, timeout: float = 30.0) -> tuple[int, bytes]:
-    """One POST on a fresh connection; (status, body). Reads to Content-Length or close."""
-    with socket.create_connection(("127.0.0.1", port), timeout) as s:
-        s.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                  f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
-        data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-            head, sep, rest = data.partition(b"\r\n\r\n")
-            if sep:
-                m = re.search(rb"(?im)^content-length:\s*(\d+)", head)
-                if m and len(rest) >= int(m.group(1)):
-                    break
-    head, _, rest = data.partition(b"\r\n\r\n")
-    parts = head.split(b" ", 2)
-    if len(parts) < 2 or not parts[1].isdigit():
-        raise OSError(f"not an HTTP response: {data[:60]!r}")
-    return int(parts[1]), rest
-
-
-def probe(port: int, sentences: list[str]) -> str | None:
-    """None if the server embeds like TEI's /embed; else why not."""
-    try:
-        for inputs in (sentences[0], sentences[:3]):
-            status, body = http_post(port, "/embed", json.dumps({"inputs": inputs}).encode())
-            if status != 200:
-                return f"POST /embed answered {status} {body[:120]!r}"
-            vecs = json.loads(body)
-            want = 1 if isinstance(inputs, str) else len(inputs)
-            if (not isinstance(vecs, list) or len(vecs) != want
-                    or any(not isinstance(v, list) or len(v) != 384 for v in vecs)):
-                return f"POST /embed did not give {want} x 384 floats: {body[:120]!r}"
-    except (OSError, ValueError) as e:
-        return f"POST /embed failed: {e}"
-    return None
-
-
-def write_bodies(sentences: list[str]) -> dict[int, str]:
-    OUTDIR.mkdir(parents=True, exist_ok=True)
-    out = {}
-    for b in BATCHES:
-        path = OUTDIR / f"bodies-b{b}.jsonl"
-        groups = [sentences[i:i + b] for i in range(0, len(sentences) - b + 1, b)]
-        lines = [json.dumps({"inputs": g[0] if b == 1 else g}, ensure_ascii=False) for g in groups]
-        path.write_text("\n".join(lines) + "\n")
-        out[b] = str(path)
-    return out
 
 
 def run_ort(rnd: int, dur: float, warm: float) -> list[dict]:
@@ -191,50 +129,22 @@ def run_ort(rnd: int, dur: float, warm: float) -> list[dict]:
 def run_m0serve(cfg: Config, bodies: dict[int, str], flops_per_req: dict[int, float], dur: float,
                 warm: float) -> tuple[dict, str | None]:
     """{(batch, conns): sample} of one configuration for one round, or ({}, why it is skipped)."""
-    if not h.M0SERVE.exists():
-        return {}, f"{h.M0SERVE} is missing (build it: cargo build --release)"
-    if not PLUGIN.exists():
-        return {}, f"{PLUGIN.relative_to(h.ROOT)} is missing (the embed plugin is not built)"
-    try:
-        run = h.start(cfg.server, PORT)
-    except h.BenchError as e:
-        last = [ln for ln in str(e).splitlines() if ln.strip()][-1:]
-        return {}, "m0serve --plugin embed did not start: " + str(e).splitlines()[0] + (
-            f" (last log line: {last[0][:300]})" if last else "")
+    why = _embed.unavailable()
+    if why:
+        return {}, why
+    run, why = _embed.start_probed(cfg.server, PORT)
+    if why:
+        return {}, why
     out = {}
     try:
-        why = probe(PORT, json.loads((EMBED / "sentences.json").read_text())["sentences"])
-        if why:
-            return {}, f"m0serve --plugin embed does not answer yet: {why}"
         affinity = h._affinity(run.pid)
         for b, c in cfg.loads:
-            os.environ["EMBED_BODIES"] = bodies[b]          # read by embed.lua in wrk
-            ld = h.Load(conns=c, cpus="1", path="/embed", script="embed/embed.lua")
-            h.wrk(PORT, ld, warm)
-            r = h.measure(run, ld, dur)
-            for _ in range(h.NOISY_RETRIES):                # as harness.throughput()
-                if r["other"] <= h.NOISY:
-                    break
-                h.log(f"  ({cfg.key}) b{b} c{c}: other load {r['other']:.0f}% > {h.NOISY}%: "
-                      "waiting for idle and measuring again")
-                M0_RETRIED[f"({cfg.key}) b{b} c{c}"] = M0_RETRIED.get(f"({cfg.key}) b{b} c{c}", 0) + 1
-                h.wait_idle(30)
-                h.wrk(PORT, ld, warm)
-                r = h.measure(run, ld, dur)
-            r["sentences_per_s"] = r["rps"] * b
+            r = _embed.measure_load(run, f"({cfg.key})", b, c, bodies, dur, warm, M0_RETRIED)
             r["gflops"] = r["rps"] * flops_per_req[b] / 1e9
             r["affinity"] = affinity
             out[(b, c)] = r
-            with open(h.server_dir(cfg.server) / "wrk.log", "a") as f:
-                f.write(f"\n# b{b} c{c}\n{r['raw']}")
-            h.log(f"  ({cfg.key}) b{b} c{c}: {r['sentences_per_s']:.0f} sentences/s p50 {h.fmt_us(r['p50'])} "
-                  f"p99 {h.fmt_us(r['p99'])} cpu {r['cpu']:.0f}% wrk {r['wrk_cpu']:.0f}% "
-                  f"other {r['other']:.0f}% threads {r['threads']}")
-            if run.proc.poll() is not None:
-                raise h.BenchError(f"m0serve died during the run; see {run.logpath}")
     finally:
-        h.stop(run)
-        h.wait_port_free(PORT)
+        _embed.stop(run)
     return out, None
 
 
@@ -251,11 +161,6 @@ def m0_setup(m0: dict) -> str:
     return "; ".join(parts)
 
 
-def spread(xs: list[float]) -> str:
-    m = h.median(xs)
-    return f"±{100 * (max(xs) - min(xs)) / 2 / m:.1f}%" if m else "-"
-
-
 def run(opts) -> h.Report:
     rounds = opts.rounds or (1 if opts.quick else ROUNDS)
     dur = opts.duration or (3 if opts.quick else DURATION)
@@ -266,7 +171,7 @@ def run(opts) -> h.Report:
     worst = json.loads(check.stdout)
     desc = json.loads(venv_py("ort_inproc.py", "--describe").stdout)
     sentences = json.loads((EMBED / "sentences.json").read_text())["sentences"]
-    bodies = write_bodies(sentences)
+    bodies = write_bodies(sentences, BATCHES)
     flops_per_req = {b: sum(desc["flops"]) / (len(sentences) // b) for b in BATCHES}
     tokens_per_req = {b: sum(desc["tokens"]) / (len(sentences) // b) for b in BATCHES}
 
