@@ -208,11 +208,12 @@ def _install_extra(need: str, logf: Path) -> None:
 
 
 def build() -> None:
-    """cargo build --release; the hello_c plugin lands beside the binary."""
+    """cargo build --release --workspace: the binary and every plugin (hello_c by build.rs,
+    the Rust ones as their packages' cdylibs) land in target/release."""
     logf = OUT / "build.log"
     logf.write_text("")
-    log(f"cargo build --release (log: {logf})")
-    r = _sh(["cargo", "build", "--release"], logf, cwd=ROOT)
+    log(f"cargo build --release --workspace (log: {logf})")
+    r = _sh(["cargo", "build", "--release", "--workspace"], logf, cwd=ROOT)
     if r.returncode != 0:
         raise BenchError(f"cargo build --release failed:\n{_tail(logf)}")
     if not M0SERVE.exists():
