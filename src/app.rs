@@ -29,12 +29,14 @@ pub fn main() -> i32 {
                 let _ = e.print();
                 return 0;
             }
-            if std::env::args_os().any(|a| a == "--doctor") {
+            let argv: Vec<String> = std::env::args().collect();
+            let message = crate::config::usage_message(&e, &argv);
+            if argv.iter().any(|a| a == "--doctor") {
                 // The doctor still answers in JSON, with the usage error as
                 // its failed check.
-                println!("{}", crate::doctor::usage_report(&e.to_string()));
+                println!("{}", crate::doctor::usage_report(&message));
             }
-            let _ = e.print();
+            eprint!("{message}");
             return 2;
         }
     };
@@ -45,7 +47,13 @@ pub fn main() -> i32 {
     if cfg.cli.doctor {
         return crate::doctor::run(&cfg);
     }
-    let mut findings = checks::run(&cfg, false);
+    // The plugin's init runs once in a throwaway process before anything
+    // is bound, as the doctor runs it: an application that cannot start
+    // (a typo in the app spec, a missing module) is reported once, with
+    // its traceback, and the server exits as the workers would have,
+    // instead of every worker printing it while the supervisor respawns
+    // them.
+    let mut findings = checks::run(&cfg, true);
     for warning in findings.checks.iter().filter(|c| c.warning) {
         crate::log::warn(format_args!(
             "{}; {}",

@@ -16,6 +16,9 @@ use crate::worker::sizing::{self, PoolPlan};
 
 /// How long a plugin may take to load in the probe.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+/// With the plugin's init: it may load or compile a model (MAX compiles
+/// for minutes on a cold cache).
+const INIT_PROBE_TIMEOUT: Duration = Duration::from_secs(600);
 
 #[derive(Debug, Clone)]
 pub struct Check {
@@ -188,7 +191,7 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
     f.plugin_path = Some(path.clone());
 
     let report = if with_init {
-        probe::probe_with_init(&path, PROBE_TIMEOUT)
+        probe::probe_with_init(&path, INIT_PROBE_TIMEOUT)
     } else {
         probe::Report {
             descriptor: probe::probe(&path, PROBE_TIMEOUT),

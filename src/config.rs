@@ -86,7 +86,10 @@ pub struct Cli {
     pub queue_depth: u32,
 
     /// Largest request body, with an optional k/m/g suffix (binary units).
-    #[arg(long, env = "M0_MAX_BODY", default_value = "4m", value_parser = parse_size)]
+    /// The body is held in memory until the request is dispatched, so the
+    /// default bounds what one request may take: 100m passes an ordinary
+    /// upload (photos, documents, a short video) without surprise.
+    #[arg(long, env = "M0_MAX_BODY", default_value = "100m", value_parser = parse_size)]
     pub max_body: u64,
 
     /// Largest request line plus header fields, in bytes (k/m suffix).
@@ -141,6 +144,36 @@ pub struct Cli {
 }
 
 /// `--flag`, `--flag=true|false|1|0`, `M0_FLAG=1`.
+/// A usage error as the user should read it: a bad value that came from an
+/// `M0_*` variable (its flag is not on the command line) names the
+/// variable, not the flag clap reports.
+pub fn usage_message(e: &clap::Error, argv: &[String]) -> String {
+    use clap::CommandFactory;
+    use clap::error::{ContextKind, ContextValue};
+    let text = e.to_string();
+    let Some(ContextValue::String(shown)) = e.get(ContextKind::InvalidArg) else {
+        return text;
+    };
+    let long = shown.split_whitespace().next().unwrap_or("");
+    let on_command_line = argv
+        .iter()
+        .any(|a| a == long || a.starts_with(&format!("{long}=")));
+    let env = Cli::command().get_arguments().find_map(|arg| {
+        let named = arg
+            .get_long()
+            .is_some_and(|l| long.strip_prefix("--") == Some(l));
+        named.then(|| arg.get_env().map(|v| v.to_string_lossy().into_owned()))?
+    });
+    match env {
+        Some(var) if !on_command_line && std::env::var_os(&var).is_some() => text.replacen(
+            &format!("for '{shown}'"),
+            &format!("in {var} (the variable for {long})"),
+            1,
+        ),
+        _ => text,
+    }
+}
+
 fn parse_bool_flag(s: &str) -> Result<bool, String> {
     match s.to_ascii_lowercase().as_str() {
         "1" | "true" | "yes" | "on" => Ok(true),

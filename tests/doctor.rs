@@ -519,6 +519,31 @@ fn usage_errors_exit_2_naming_the_flag() {
     c.env("M0_WORKERS", "3");
     let j: serde_json::Value = serde_json::from_slice(&c.output().unwrap().stdout).unwrap();
     assert_eq!(j["topology"]["workers"], 2);
+    // A bad value from a variable names the variable, in the server's
+    // message and the doctor's check alike; from the flag, the flag.
+    let mut c = cmd(&strings(&["--plugin", &hello, "--port", "0"]));
+    c.env("M0_WORKERS", "abc");
+    let out = c.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        err.contains("in M0_WORKERS (the variable for --workers)"),
+        "{err}"
+    );
+    let mut c = cmd(&strings(&["--plugin", &hello, "--doctor"]));
+    c.env("M0_MAX_BODY", "4x");
+    let j: serde_json::Value = serde_json::from_slice(&c.output().unwrap().stdout).unwrap();
+    assert!(
+        j["checks"][0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("in M0_MAX_BODY"),
+        "{j:#}"
+    );
+    let mut c = cmd(&strings(&["--plugin", &hello, "--workers", "abc"]));
+    c.env("M0_WORKERS", "abc");
+    let err = String::from_utf8_lossy(&c.output().unwrap().stderr).into_owned();
+    assert!(err.contains("for '--workers"), "{err}");
 }
 
 fn warnings(j: &serde_json::Value) -> Vec<String> {

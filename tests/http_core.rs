@@ -112,6 +112,12 @@ fn oversized_body_is_refused_before_it_is_sent() {
     let r = c.read_response(false).unwrap();
     assert_eq!(r.status, 413);
     assert_eq!(r.header("connection"), Some("close"));
+    // The body names the limit and what raises it.
+    let text = r.text();
+    assert!(
+        text.contains("at most 1024 bytes") && text.contains("--max-body / M0_MAX_BODY"),
+        "{text}"
+    );
     assert!(c.is_closed(Duration::from_secs(5)));
     // Chunked bodies count decoded bytes.
     let out = raw_exchange(
@@ -119,6 +125,20 @@ fn oversized_body_is_refused_before_it_is_sent() {
         b"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n800\r\n",
     );
     assert_eq!(status_of(&out), 413);
+    // Said once in the log, however many are refused.
+    assert!(s.wait_for_log("was refused with 413", Duration::from_secs(5)));
+    assert_eq!(s.log_count("was refused with 413"), 1, "{}", s.log());
+}
+
+#[test]
+fn the_default_body_limit_passes_an_ordinary_upload() {
+    // 20 MiB: more than the 4 MiB the limit once was (a photo, a PDF).
+    let s = hello_c(&[]);
+    let body: Vec<u8> = (0..20 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
+    let mut c = Client::connect(s.addr);
+    let r = c.request("POST", "/echo", &[], &body);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body.len(), body.len());
 }
 
 #[test]

@@ -165,7 +165,7 @@ fn sigterm_drains_the_requests_in_flight_and_exits_0() {
 }
 
 #[test]
-fn a_backend_that_cannot_be_imported_exits_1_with_its_traceback_once() {
+fn a_backend_that_cannot_be_imported_exits_1_with_its_traceback_once_before_binding() {
     let _serial = support::serial();
     let (code, log) = fail(pyembed(
         &test_backends(),
@@ -174,17 +174,20 @@ fn a_backend_that_cannot_be_imported_exits_1_with_its_traceback_once() {
         &[],
     ));
     assert_eq!(code, Some(1), "{log}");
-    // Each worker that tried to start logged the traceback once, in its
-    // reason (the core retries a worker until it dies too fast too often,
-    // then exits with its status).
-    let attempts = log.matches("plugin pyembed failed to start").count();
-    assert!(attempts >= 1, "{log}");
+    // The server starts the plugin once in a throwaway process before it
+    // binds: the traceback is printed once, and no worker is started.
     assert_eq!(
-        log.matches("ImportError: BROKEN-BACKEND-AT-IMPORT").count(),
-        attempts,
+        log.matches("plugin pyembed failed to start").count(),
+        1,
         "{log}"
     );
-    assert_eq!(log.matches("Traceback").count(), attempts, "{log}");
+    assert_eq!(
+        log.matches("ImportError: BROKEN-BACKEND-AT-IMPORT").count(),
+        1,
+        "{log}"
+    );
+    assert_eq!(log.matches("Traceback").count(), 1, "{log}");
+    assert!(!log.contains("worker 0 pid="), "{log}");
     assert!(log.contains("broken_backend.py"), "{log}");
     // A module that is not there: named, with --app-dir.
     let dir = test_backends();

@@ -109,8 +109,21 @@ fn crash_route_takes_down_one_worker_which_returns() {
 }
 
 #[test]
-fn workers_that_all_die_at_start_stop_the_server_with_1() {
+fn a_plugin_that_crashes_in_init_is_reported_once_before_binding() {
     let p = bad_plugin("crash_in_init", &["-DCRASH_IN_INIT"]);
+    let out = command(&["--plugin", p.to_str().unwrap(), "--workers", "2"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.matches("crashed while starting").count(), 1, "{err}");
+    // Found by the check before binding: no worker was ever started.
+    assert!(!err.contains("worker 0"), "{err}");
+}
+
+#[test]
+fn workers_that_all_die_at_start_stop_the_server_with_1() {
+    let p = bad_plugin("crash_in_worker_init", &["-DCRASH_IN_WORKER_INIT"]);
     let mut cmd = command(&["--plugin", p.to_str().unwrap(), "--workers", "2"]);
     let out = cmd.output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);

@@ -534,6 +534,10 @@ fn init_failures_exit_with_a_reason() {
         for n in needles {
             assert!(output.contains(n), "{spec}: {n:?} not in:\n{output}");
         }
+        // Checked once before binding: one traceback at most, and no
+        // worker started to print it again.
+        assert!(output.matches("Traceback").count() <= 1, "{spec}: {output}");
+        assert!(!output.contains("worker 0 pid="), "{spec}: {output}");
     }
     // A --venv that is no venv is refused before any request (by the core's
     // own check or by the plugin's).

@@ -29,7 +29,7 @@ impl Default for Limits {
             max_head_bytes: 16 * 1024,
             max_headers: 100,
             max_uri: 8 * 1024,
-            max_body: 4 * 1024 * 1024,
+            max_body: 100 * 1024 * 1024,
         }
     }
 }

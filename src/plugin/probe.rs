@@ -91,13 +91,10 @@ pub fn run_child(path: &Path, init: impl FnOnce(&Plugin) -> Result<Calls, Plugin
                 u8::from(calls.handle_batch.is_some())
             ),
             Err(e) => {
-                println!(
-                    "init_error={}\t{}",
-                    e.exit_code,
-                    e.message.replace('\n', " | ")
-                );
+                // Escaped, not flattened: a traceback keeps its lines.
+                println!("init_error={}\t{}", e.exit_code, escape(&e.message));
                 if let Some(fix) = &e.fix {
-                    println!("init_fix={}", fix.replace('\n', " | "));
+                    println!("init_fix={}", escape(fix));
                 }
             }
         }
@@ -203,8 +200,8 @@ fn run_probe(path: &Path, timeout: Duration, with_init: bool) -> Report {
         let (code, message) = l.strip_prefix("init_error=")?.split_once('\t')?;
         Some(Err(PluginError {
             exit_code: code.parse().unwrap_or(EXIT_STARTUP),
-            message: message.to_string(),
-            fix: line("init_fix=").map(str::to_string),
+            message: unescape(message),
+            fix: line("init_fix=").map(unescape),
         }))
     });
     match descriptor {

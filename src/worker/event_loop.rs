@@ -50,6 +50,9 @@ pub const WAKER: Token = Token(usize::MAX - 2);
 pub const SIGNALS: Token = Token(usize::MAX - 3);
 pub const CHANNEL: Token = Token(usize::MAX - 4);
 
+/// Set once this worker has logged a 413 for `--max-body`.
+static MAX_BODY_LOGGED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// New connections admitted per pass.
 const ACCEPT_BATCH: usize = 64;
 /// How long a closing connection waits for the client to go away.
@@ -715,6 +718,23 @@ impl EventLoop {
 
     fn refuse(&mut self, key: usize, err: HttpError) {
         let http_minor = 1;
+        if err.status == 413 {
+            // The one refusal an application's user meets in normal use
+            // (an upload): name the limit and how to raise it, and say so
+            // once in the log, where whoever runs the server looks.
+            let max = self.limits.max_body;
+            let text = format!(
+                "request body too large: this server takes at most {max} bytes \
+                 (--max-body / M0_MAX_BODY)"
+            );
+            if !MAX_BODY_LOGGED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                crate::log::warn(format_args!(
+                    "a request body over --max-body ({max} bytes) was refused with 413; \
+                     raise it with --max-body or M0_MAX_BODY (said once per worker)"
+                ));
+            }
+            return self.reply_and_linger(key, http_minor, 413, &text, &[]);
+        }
         self.reply_and_linger(key, http_minor, err.status, err.detail, &[]);
     }
 

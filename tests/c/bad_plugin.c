@@ -66,6 +66,14 @@ M0_EXPORT int32_t m0_plugin_init(const M0Host *host, const M0InitArgs *args, con
 #ifdef CRASH_IN_INIT
     abort();
 #endif
+#ifdef CRASH_IN_WORKER_INIT
+    /* Starts in the server's check before it binds (the probe child is
+     * marked by M0_PROBE_INIT) and crashes in every worker: a plugin whose
+     * failure depends on where it runs, for the rapid-crash rule. */
+    if (getenv("M0_PROBE_INIT") == NULL) {
+        abort();
+    }
+#endif
 #if defined(INIT_REFUSES) || defined(INIT_FAILS)
     const char *msg = "this plugin says no: set FOO to fix it";
     error->message_len = (uint32_t)strlen(msg);
