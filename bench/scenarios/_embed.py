@@ -162,12 +162,16 @@ def settle(run: h.Running, timeout: float = 20.0, window: float = 0.2, busy: flo
 
 
 def measure_load(run: h.Running, tag: str, b: int, c: int, bodies: dict[int, str], dur: float,
-                 warm: float, retried: dict[str, int], drain: bool = False) -> dict:
+                 warm: float, retried: dict[str, int], drain: bool = False,
+                 idle_busy: float | None = None) -> dict:
     """One load on a running server: POST /embed with the B-sentence bodies at C connections
     (wrk -t1 pinned to CPU 1), a warm-up, then a measured run; measured again (after waiting
     for idle, at most harness.NOISY_RETRIES times) while others used more than harness.NOISY %
     of a core, counted in retried[f"{tag} bB cC"]. drain: after each warm-up, wait (settle())
-    until the server has finished what the warm-up left in flight. The sample is h.measure()'s
+    until the server has finished what the warm-up left in flight. idle_busy: for a server that
+    burns CPU while it waits (MAX's runtime threads), the % of a core below which its tree
+    counts as quiet when draining (settle()'s `busy`), and the idle wait before a measurement
+    again leaves the server out (harness.wait_idle(exclude=)). The sample is h.measure()'s
     plus sentences_per_s (and settled_s, the longest wait, with drain); its wrk output is
     appended to the server's wrk.log."""
     os.environ["EMBED_BODIES"] = bodies[b]          # read by embed.lua in wrk
@@ -177,7 +181,7 @@ def measure_load(run: h.Running, tag: str, b: int, c: int, bodies: dict[int, str
     def warm_up() -> None:
         h.wrk(run.port, ld, warm)
         if drain:
-            waited.append(settle(run))
+            waited.append(settle(run, busy=idle_busy or 10.0))
 
     warm_up()
     r = h.measure(run, ld, dur)
@@ -187,7 +191,7 @@ def measure_load(run: h.Running, tag: str, b: int, c: int, bodies: dict[int, str
         h.log(f"  {tag} b{b} c{c}: other load {r['other']:.0f}% > {h.NOISY}%: "
               "waiting for idle and measuring again")
         retried[f"{tag} b{b} c{c}"] = retried.get(f"{tag} b{b} c{c}", 0) + 1
-        h.wait_idle(30)
+        h.wait_idle(30, exclude=run.pid if idle_busy else None)
         warm_up()
         r = h.measure(run, ld, dur)
     r["sentences_per_s"] = r["rps"] * b
@@ -199,5 +203,5 @@ def measure_load(run: h.Running, tag: str, b: int, c: int, bodies: dict[int, str
           f"p99 {h.fmt_us(r['p99'])} cpu {r['cpu']:.0f}% wrk {r['wrk_cpu']:.0f}% "
           f"other {r['other']:.0f}% threads {r['threads']}")
     if run.proc.poll() is not None:
-        raise h.BenchError(f"m0serve died during the run; see {run.logpath}")
+        raise h.BenchError(f"{run.server.name} died during the run; see {run.logpath}")
     return r
