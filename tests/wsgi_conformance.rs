@@ -508,6 +508,32 @@ fn topology_flags_tell_the_truth() {
 // --- init failures ------------------------------------------------------------------
 
 #[test]
+fn an_app_factory_is_called_with_literal_arguments() {
+    let srv = WsgiServer::start("factory:create_app('hi', punct='?')", &["--workers", "1"]);
+    assert_eq!(get(srv.port, "/").text(), "hi?\n");
+    let srv = WsgiServer::start("factory:create_app()", &["--workers", "1"]);
+    assert_eq!(get(srv.port, "/").text(), "hello!\n");
+    // Arguments are literals, never code; a factory that raises shows its
+    // traceback; an unclosed call is not a spec.
+    let cases: [(&str, i32, &[&str]); 3] = [
+        ("factory:create_app(open('x'))", 1, &["malformed node"]),
+        (
+            "factory:broken_factory()",
+            1,
+            &["FACTORY-FAILED", "factory.py"],
+        ),
+        ("factory:create_app(", 78, &["no closing"]),
+    ];
+    for (spec, code, needles) in cases {
+        let (status, output) = WsgiServer::fail(spec, &[]);
+        assert_eq!(status, Some(code), "{spec}: {output}");
+        for n in needles {
+            assert!(output.contains(n), "{spec}: {n:?} not in:\n{output}");
+        }
+    }
+}
+
+#[test]
 fn init_failures_exit_with_a_reason() {
     let cases: [(&str, i32, &[&str]); 5] = [
         (
