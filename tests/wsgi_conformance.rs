@@ -119,6 +119,11 @@ fn environ(mode: Mode) {
     assert!(f("SERVER_NAME").len() > 2, "SERVER_NAME empty");
     assert_eq!(f("SERVER_PORT"), format!("'{}'", srv.port));
     assert_eq!(f("SERVER_PROTOCOL"), "'HTTP/1.1'");
+    assert!(
+        f("SERVER_SOFTWARE").starts_with("'m0serve-wsgi/"),
+        "{}",
+        f("SERVER_SOFTWARE")
+    );
     assert_eq!(f("REMOTE_ADDR"), "'127.0.0.1'");
     assert_eq!(f("REMOTE_PORT"), format!("'{client_port}'"));
     assert_eq!(f("HTTP_HOST"), "'m0serve.test'");

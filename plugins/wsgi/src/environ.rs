@@ -89,6 +89,11 @@ pub fn make_template<'py>(
         d.set_item(keys.server_port.bind(py), port.bind(py))?;
     }
     d.set_item(keys.query_string.bind(py), keys.empty.bind(py))?;
+    // What gunicorn and uWSGI set too: apps and middleware log it.
+    d.set_item(
+        "SERVER_SOFTWARE",
+        PyString::intern(py, concat!("m0serve-wsgi/", env!("CARGO_PKG_VERSION"))),
+    )?;
     d.set_item("wsgi.version", PyTuple::new(py, [1, 0])?)?;
     d.set_item("wsgi.url_scheme", PyString::intern(py, "http"))?;
     d.set_item("wsgi.errors", errors)?;
