@@ -40,6 +40,7 @@ pub fn main() -> i32 {
             return 2;
         }
     };
+    crate::log::set_level(cli.log_level);
     let cfg = Config::from_cli(cli);
     if let Some(index) = std::env::var_os(process::ENV_WORKER_INDEX) {
         run_spawned_worker(&cfg, index.to_string_lossy().parse().unwrap_or(0));

@@ -57,6 +57,12 @@ pub struct Cli {
     #[arg(long, env = "M0_NO_INLINE", value_parser = parse_bool_flag, num_args = 0, default_missing_value = "true", default_value = "false")]
     pub no_inline: bool,
 
+    /// What the log shows: error, warn, info, or debug (info plus the
+    /// server's tuning detail: pool sizes, hand-offs, per-worker statistics
+    /// at exit).
+    #[arg(long, env = "M0_LOG_LEVEL", default_value = "info", value_parser = parse_log_level)]
+    pub log_level: u32,
+
     /// Call a plugin that declares M0_CAP_BATCH one request at a time
     /// instead of handing it the requests already queued in one batch.
     #[arg(long, env = "M0_NO_BATCH", value_parser = parse_bool_flag, num_args = 0, default_missing_value = "true", default_value = "false")]
@@ -171,6 +177,17 @@ pub fn usage_message(e: &clap::Error, argv: &[String]) -> String {
             1,
         ),
         _ => text,
+    }
+}
+
+fn parse_log_level(s: &str) -> Result<u32, String> {
+    use m0serve_abi::{M0_LOG_DEBUG, M0_LOG_ERROR, M0_LOG_INFO, M0_LOG_WARN};
+    match s.to_ascii_lowercase().as_str() {
+        "error" => Ok(M0_LOG_ERROR),
+        "warn" | "warning" => Ok(M0_LOG_WARN),
+        "info" => Ok(M0_LOG_INFO),
+        "debug" => Ok(M0_LOG_DEBUG),
+        _ => Err(format!("expected error, warn, info or debug, got {s:?}")),
     }
 }
 

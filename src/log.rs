@@ -4,6 +4,22 @@
 use std::fmt::Arguments;
 use std::io::Write;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use m0serve_abi::{M0_LOG_DEBUG, M0_LOG_ERROR, M0_LOG_INFO, M0_LOG_WARN};
+
+/// The most verbose level written (`--log-level`), an `M0_LOG_*` value;
+/// set once at start, before any worker is forked.
+static LEVEL: AtomicU32 = AtomicU32::new(M0_LOG_INFO);
+
+/// Write lines up to `level` (`M0_LOG_ERROR` .. `M0_LOG_DEBUG`).
+pub fn set_level(level: u32) {
+    LEVEL.store(level, Ordering::Relaxed);
+}
+
+fn enabled(level: u32) -> bool {
+    level <= LEVEL.load(Ordering::Relaxed)
+}
 
 /// Replaced in a forked worker, hence a lock and not a OnceLock.
 static ROLE: Mutex<String> = Mutex::new(String::new());
@@ -35,11 +51,23 @@ fn line(level: &str, args: Arguments<'_>) {
 }
 
 pub fn info(args: Arguments<'_>) {
-    line("", args);
+    if enabled(M0_LOG_INFO) {
+        line("", args);
+    }
+}
+
+/// The server's tuning detail (pool sizes, hand-offs, per-worker
+/// statistics): for whoever tunes it, not for every run.
+pub fn debug(args: Arguments<'_>) {
+    if enabled(M0_LOG_DEBUG) {
+        line("debug", args);
+    }
 }
 
 pub fn warn(args: Arguments<'_>) {
-    line("warning", args);
+    if enabled(M0_LOG_WARN) {
+        line("warning", args);
+    }
 }
 
 pub fn error(args: Arguments<'_>) {
@@ -48,10 +76,13 @@ pub fn error(args: Arguments<'_>) {
 
 /// A line from a plugin, through the host table.
 pub fn plugin(level: u32, message: &str) {
+    if level != M0_LOG_ERROR && !enabled(level.clamp(M0_LOG_ERROR, M0_LOG_DEBUG)) {
+        return;
+    }
     let tag = match level {
-        m0serve_abi::M0_LOG_ERROR => "plugin error",
-        m0serve_abi::M0_LOG_WARN => "plugin warning",
-        m0serve_abi::M0_LOG_DEBUG => "plugin debug",
+        M0_LOG_ERROR => "plugin error",
+        M0_LOG_WARN => "plugin warning",
+        M0_LOG_DEBUG => "plugin debug",
         _ => "plugin",
     };
     line(tag, format_args!("{}", message.trim_end_matches('\n')));

@@ -300,6 +300,36 @@ fn graceful_timeout_cuts_requests_off_at_the_timeout_and_exits_3() {
 }
 
 #[test]
+fn the_log_level_hides_the_tuning_detail_by_default() {
+    let run = |level: Option<&str>| {
+        let args = hello_args(&["--workers", "1"]);
+        let mut cmd = command(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        match level {
+            Some(l) => cmd.env("M0_LOG_LEVEL", l),
+            None => cmd.env_remove("M0_LOG_LEVEL"),
+        };
+        let mut s = Server::start_cmd(cmd);
+        assert_eq!(support::get(s.addr, "/").status, 200);
+        s.signal(libc::SIGTERM);
+        assert_eq!(
+            s.wait_exit(Duration::from_secs(20)).and_then(|e| e.code()),
+            Some(0)
+        );
+        s.log()
+    };
+    let default = run(None);
+    assert!(default.contains("ready: serving"), "{default}");
+    assert!(!default.contains("at the end; per request"), "{default}");
+    let debug = run(Some("debug"));
+    assert!(debug.contains("debug: handler pool: "), "{debug}");
+    let bad = command(&["--plugin", "hello_c", "--log-level", "loud"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("error, warn, info or debug"));
+}
+
+#[test]
 fn new_connections_are_refused_once_a_full_stop_begins() {
     let mut s = start(&["--workers", "2"]);
     let addr = s.addr;

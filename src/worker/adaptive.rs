@@ -200,7 +200,7 @@ impl Controller {
         let size = size.clamp(self.plan.min.max(1), self.plan.max);
         if size != pool.size().1 {
             pool.resize(size);
-            crate::log::info(format_args!("handler pool: {size} thread(s) ({why})"));
+            crate::log::debug(format_args!("handler pool: {size} thread(s) ({why})"));
         }
         self.last_change = now;
     }

@@ -194,7 +194,7 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
     let exit = exit.map_err(|e| (1, format!("event loop failed: {e}")))?;
     let accepted = event_loop.accepted;
     if let Some((acc, passed, received)) = event_loop.share_counts() {
-        crate::log::info(format_args!(
+        crate::log::debug(format_args!(
             "accept sharing: accepted {acc}, passed {passed} to siblings, received {received}"
         ));
     }
@@ -206,7 +206,7 @@ fn finish(exit: Exit, mut pool: Pool, accepted: u64, batching: bool) -> Result<i
     let completed = pool.stats().completed.load(Ordering::Relaxed);
     let per_request = |ns: u64| ns as f64 / completed.max(1) as f64 / 1000.0;
     let (_, threads) = pool.size();
-    crate::log::info(format_args!(
+    crate::log::debug(format_args!(
         "handler pool: {threads} thread(s) at the end; per request {:.1} us queued, {:.1} us in the plugin; \
          {} lock wait(s) totalling {:.1} ms; {} refused with 503; {} answered inline ({} spilled), {} deferred to the pool; {} loop call(s), {} handed over",
         per_request(pool.stats().queue_wait_ns.load(Ordering::Relaxed)),

@@ -178,6 +178,10 @@ pub fn command(args: &[&str]) -> Command {
     cmd.args(["--host", "127.0.0.1", "--port", "0"]).args(args);
     cmd.env_remove("M0_WORKERS")
         .env_remove("M0_BLOCKING_THREADS");
+    // Many tests count from the workers' statistics, which are debug lines;
+    // `workers::the_log_level_hides_the_tuning_detail_by_default` checks
+    // the default.
+    cmd.env("M0_LOG_LEVEL", "debug");
     cmd
 }
 

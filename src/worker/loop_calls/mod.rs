@@ -157,7 +157,7 @@ impl LoopCalls {
     /// A handler thread took the loop over from a long call: calls go to
     /// the pool for the back-off, which doubles.
     pub fn handed_over(&mut self, why: &str, now: Instant) {
-        crate::log::info(format_args!(
+        crate::log::debug(format_args!(
             "a call {why}: a handler thread leads the loop now, and calls go to the pool for {} ms",
             self.backoff.as_millis()
         ));
