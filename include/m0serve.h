@@ -19,6 +19,9 @@
  * - 1.3: M0PluginInfo.max_batch_bytes: with M0_CAP_BATCH, the most
  *   body bytes one handle_batch call holds (a stand-in for the work a
  *   batch costs, such as an embedding model's tokens).
+ * - 1.4: M0Host.response_reason: the reason phrase of a response
+ *   (a WSGI app's "299 Totally Custom"), sent as given instead of the
+ *   standard phrase for its status.
  */
 
 #ifndef M0SERVE_H
@@ -58,7 +61,7 @@ M0_EXPORT int32_t m0_plugin_init(const M0Host *host, const M0InitArgs *args,
 #define M0_ABI_MAJOR 1
 
 // Minor ABI version: grows with additive changes.
-#define M0_ABI_MINOR 3
+#define M0_ABI_MINOR 4
 
 // Success.
 #define M0_OK 0
@@ -185,6 +188,9 @@ M0_EXPORT int32_t m0_plugin_init(const M0Host *host, const M0InitArgs *args,
 
 // Size of the message buffer in `M0Error`.
 #define M0_ERROR_MESSAGE_LEN 512
+
+// The longest reason phrase `response_reason` takes.
+#define M0_REASON_MAX 256
 
 // The response under construction; opaque to plugins.
 typedef struct M0Response M0Response;
@@ -333,6 +339,16 @@ typedef struct M0Host {
   // when `size` covers it: a host older than 1.2 has no `fact` (in C,
   // check `host->size >= offsetof(M0Host, fact) + sizeof host->fact`).
   int32_t (*fact)(const uint8_t *key, size_t key_len, const uint8_t *value, size_t value_len);
+  // 1.4: Set the reason phrase of a response not yet started, sent in
+  // place of the standard one for its status (`OK`, `Not Found`; none
+  // for a status without one). Call it before `response_start` or
+  // `response_send`; the status line is written then. `reason` is at
+  // most 256 bytes of tab, space, visible ASCII or bytes from 0x80
+  // (RFC 9112's reason-phrase); anything else, a response already
+  // started or a NULL pointer with a non-zero length is
+  // `M0_ERR_INVALID` / `M0_ERR_STATE`, and the standard phrase stays.
+  // Present only when `size` covers it (`HOST_REASON_END`).
+  int32_t (*response_reason)(struct M0Response *response, const uint8_t *reason, size_t len);
 } M0Host;
 
 // What the host tells the plugin at init.

@@ -3,7 +3,7 @@
 //! list and exits with the first failure's code, so the two cannot disagree.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::config::Config;
@@ -150,16 +150,14 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
     f.push(Check::pass("app-dir", cli.app_dir.display().to_string()));
 
     if let Some(venv) = &cli.venv
-        && !venv.join("bin").is_dir()
+        && let Some(problem) = venv_problem(venv)
     {
         f.push(Check::fail(
             "venv",
-            1,
-            format!(
-                "--venv {} is not a virtual environment (no bin/)",
-                venv.display()
-            ),
-            "create it with python3 -m venv, or drop --venv",
+            78,
+            format!("{} {}: {problem}", venv_source(), venv.display()),
+            "create it with python3.11 -m venv PATH and pass that path, or drop the setting \
+             (the plugin then uses $VIRTUAL_ENV, else the Python it was built with)",
         ));
         return f;
     }
@@ -272,14 +270,19 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
         .fact("python.fork_unsafe_modules")
         .filter(|v| !v.is_empty())
         .map(str::to_string);
-    if let (Some(modules), Some((Mode::Fork, _))) = (fork_unsafe, &f.mode) {
-        f.push(Check::warn(
+    // Runtimes that do not survive fork() (torch, grpc, MAX) are safe here
+    // in either mode: a worker starts Python and imports them only after
+    // its fork, from a supervisor that never loaded them, and nothing
+    // forks a worker afterwards. Said, so a user who knows the warning
+    // from gunicorn's `--preload` need not wonder.
+    if let Some(modules) = fork_unsafe {
+        f.push(Check::pass(
             "fork-unsafe-runtime",
             format!(
-                "the application imports {modules}, which may not survive fork() without exec; \
-                 forked workers can hang or crash"
+                "the application imports {modules}, which does not survive fork(); each worker \
+                 imports it after its own fork, from a supervisor that never loads it, so \
+                 forked workers are safe (no --spawn-workers needed)"
             ),
-            "add --spawn-workers",
         ));
     }
     let mut batch_plan = batching::decide(&descriptor, cli.no_batch);
@@ -329,4 +332,28 @@ pub fn record_bind(f: &mut Findings, result: Result<SocketAddr, BindError>) {
         Err(e) => Check::fail("port", e.exit_code, e.message, e.fix),
     };
     f.push(check);
+}
+
+/// What is wrong with a `--venv` path, if anything: it must be a folder
+/// with the `pyvenv.cfg` that `python -m venv` writes.
+fn venv_problem(venv: &Path) -> Option<&'static str> {
+    if !venv.exists() {
+        Some("no such directory")
+    } else if !venv.is_dir() {
+        Some("not a directory")
+    } else if !venv.join("pyvenv.cfg").is_file() || !venv.join("bin").is_dir() {
+        Some("not a Python virtual environment (no pyvenv.cfg and bin/)")
+    } else {
+        None
+    }
+}
+
+/// The flag or the variable that set `--venv`, as the user gave it.
+fn venv_source() -> &'static str {
+    let on_command_line = std::env::args().any(|a| a == "--venv" || a.starts_with("--venv="));
+    if on_command_line || std::env::var_os("M0_VENV").is_none() {
+        "--venv"
+    } else {
+        "M0_VENV"
+    }
 }

@@ -22,10 +22,12 @@ use crate::http::head::{Limits, MAX_HEADERS_CEILING};
 pub struct Cli {
     /// Plugin to serve: a path to a shared library, or a short name
     /// (hello_c, wsgi) looked up beside the binary and in M0_PLUGIN_PATH.
-    #[arg(long, env = "M0_PLUGIN", value_name = "PLUGIN")]
+    #[arg(long, env = "M0_PLUGIN", value_name = "PLUGIN", required = true)]
     pub plugin: Option<String>,
 
-    /// Handed to the plugin: a WSGI app spec (MODULE[:ATTR]), a model folder.
+    /// The plugin's own argument, handed to its init: wsgi takes an app
+    /// (MODULE[:ATTR], or MODULE:factory(...)), embed a model folder
+    /// (optional), pyembed a backend module; hello_c and hello_rs none.
     #[arg(value_name = "ARG")]
     pub arg: Option<String>,
 

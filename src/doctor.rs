@@ -67,13 +67,14 @@ pub fn usage_report(error: &str) -> String {
 
 /// The `python` object's members and the facts they come from, stated by a
 /// plugin that embeds Python (the WSGI plugin) at init.
-const PYTHON_FACTS: [(&str, &str); 9] = [
+const PYTHON_FACTS: [(&str, &str); 10] = [
     ("version", "python.version"),
     ("libpython", "python.libpython"),
     ("executable", "python.executable"),
     ("prefix", "python.prefix"),
     ("base_prefix", "python.base_prefix"),
     ("venv", "python.venv"),
+    ("venv_from", "python.venv_source"),
     ("app", "python.app"),
     ("resolved", "python.resolved"),
     ("fork_unsafe", "python.fork_unsafe_modules"),
@@ -132,7 +133,7 @@ fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
         j.begin_object(Some("python"));
         for (name, key) in PYTHON_FACTS {
             match f.fact(key) {
-                Some("") if matches!(name, "venv" | "libpython") => j.null(name),
+                Some("") if matches!(name, "venv" | "venv_from" | "libpython") => j.null(name),
                 Some(v) => j.str(name, v),
                 None => continue,
             };

@@ -87,6 +87,10 @@ fn c_lays_out_every_boundary_struct_as_rust_does() {
         ("M0Host.log", offset_of!(abi::M0Host, log)),
         ("M0Host.counter_add", offset_of!(abi::M0Host, counter_add)),
         ("M0Host.fact", offset_of!(abi::M0Host, fact)),
+        (
+            "M0Host.response_reason",
+            offset_of!(abi::M0Host, response_reason),
+        ),
         ("M0InitArgs.arg", offset_of!(abi::M0InitArgs, arg)),
         ("M0InitArgs.server", offset_of!(abi::M0InitArgs, server)),
         (

@@ -225,6 +225,58 @@ fn errors_stream(mode: Mode) {
 }
 both_modes!(errors_stream);
 
+/// A `logging` handler on wsgi.errors (Flask's default) keeps its records'
+/// levels in the server log; what the app writes itself is an error.
+fn logging_levels(mode: Mode) {
+    let srv = serve(mode);
+    let token = format!("lv{}{}", std::process::id(), mode.tag(""));
+    let r = get(srv.port, &format!("/logging?token={token}"));
+    assert_eq!(r.status, 200);
+    for (tag, what) in [
+        ("plugin debug: ", "logging debug"),
+        ("plugin: ", "logging info"),
+        ("plugin warning: ", "logging warning"),
+        ("plugin error: ", "logging error"),
+        ("plugin error: ", "direct write"),
+    ] {
+        let line = format!("{tag}conformance {what} {token}");
+        assert!(
+            srv.wait_log(&line, Duration::from_secs(5)),
+            "{line:?} not in the server log:\n{}",
+            srv.log()
+        );
+    }
+}
+both_modes!(logging_levels);
+
+/// The app's reason phrase goes out as given; an empty one gets the
+/// standard phrase, and one with a control character is refused by
+/// start_response (a 500, the worker lives on).
+fn reason_phrase(mode: Mode) {
+    let srv = serve(mode);
+    let r = get(srv.port, "/reason");
+    assert_eq!(r.status, 299);
+    assert!(
+        r.head.starts_with("HTTP/1.1 299 Totally Custom\r\n"),
+        "{:?}",
+        r.head
+    );
+    assert_eq!(r.body, b"reason\n");
+    let r = get(srv.port, "/reason?status=404%20Nicht%20gefunden");
+    assert!(
+        r.head.starts_with("HTTP/1.1 404 Nicht gefunden\r\n"),
+        "{:?}",
+        r.head
+    );
+    let r = get(srv.port, "/reason?status=200%20");
+    assert!(r.head.starts_with("HTTP/1.1 200 OK\r\n"), "{:?}", r.head);
+    let r = get(srv.port, "/reason?status=200%20OK%01");
+    assert_eq!(r.status, 500, "{:?}", r.head);
+    let r = get(srv.port, "/");
+    assert!(r.head.starts_with("HTTP/1.1 200 OK\r\n"), "{:?}", r.head);
+}
+both_modes!(reason_phrase);
+
 // --- start_response ------------------------------------------------------------
 
 fn start_response(mode: Mode) {

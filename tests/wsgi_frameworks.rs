@@ -118,6 +118,35 @@ fn flask_contract() {
     contract("flask_app:app");
 }
 
+/// Flask's `app.logger` (its default handler writes to wsgi.errors): a
+/// warning is logged as a warning, an error as an error (so `--log-level`
+/// filters them as such).
+#[test]
+fn flask_app_logger_keeps_its_levels() {
+    let venv = framework_venv();
+    let venv_arg = venv.to_str().unwrap();
+    let srv = WsgiServer::start("flask_app:app", &["--workers", "1", "--venv", venv_arg]);
+    let mark = format!("m{}", std::process::id());
+    assert_eq!(get(srv.port, &format!("/log?mark={mark}")).status, 200);
+    let error = format!("flask error {mark}");
+    assert!(
+        srv.wait_log(&error, Duration::from_secs(5)),
+        "{}",
+        srv.log()
+    );
+    let log = srv.log();
+    let line = |needle: &str| log.lines().find(|l| l.contains(needle)).map(str::to_owned);
+    assert!(
+        line(&error).is_some_and(|l| l.contains("plugin error: ") && l.contains("ERROR")),
+        "{log}"
+    );
+    assert!(
+        line(&format!("flask warning {mark}"))
+            .is_some_and(|l| l.contains("plugin warning: ") && l.contains("WARNING")),
+        "{log}"
+    );
+}
+
 #[test]
 fn django_contract() {
     contract("django_app.wsgi:application");

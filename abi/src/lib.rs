@@ -39,6 +39,9 @@
 //! - 1.3: `M0PluginInfo.max_batch_bytes`: with `M0_CAP_BATCH`, the most
 //!   body bytes one `handle_batch` call holds (a stand-in for the work a
 //!   batch costs, such as an embedding model's tokens).
+//! - 1.4: `M0Host.response_reason`: the reason phrase of a response
+//!   (a WSGI app's `"299 Totally Custom"`), sent as given instead of the
+//!   standard phrase for its status.
 //!
 //! This section is the only copy: `abi/tests/header.rs` puts it at the top
 //! of `include/m0serve.h`.
@@ -49,7 +52,7 @@ use core::ffi::{c_char, c_void};
 /// Major ABI version: a plugin built for another major is refused.
 pub const M0_ABI_MAJOR: u32 = 1;
 /// Minor ABI version: grows with additive changes.
-pub const M0_ABI_MINOR: u32 = 3;
+pub const M0_ABI_MINOR: u32 = 4;
 
 // ---------------------------------------------------------------------------
 // Return codes. Stable, never reused. Negative codes from `handle` map to an
@@ -378,6 +381,17 @@ pub struct M0Host {
         value: *const u8,
         value_len: usize,
     ) -> i32,
+    /// 1.4: Set the reason phrase of a response not yet started, sent in
+    /// place of the standard one for its status (`OK`, `Not Found`; none
+    /// for a status without one). Call it before `response_start` or
+    /// `response_send`; the status line is written then. `reason` is at
+    /// most 256 bytes of tab, space, visible ASCII or bytes from 0x80
+    /// (RFC 9112's reason-phrase); anything else, a response already
+    /// started or a NULL pointer with a non-zero length is
+    /// `M0_ERR_INVALID` / `M0_ERR_STATE`, and the standard phrase stays.
+    /// Present only when `size` covers it (`HOST_REASON_END`).
+    pub response_reason:
+        unsafe extern "C" fn(response: *mut M0Response, reason: *const u8, len: usize) -> i32,
 }
 
 /// What the host tells the plugin at init.
@@ -522,6 +536,14 @@ pub const PLUGIN_INFO_BATCH_BYTES_END: usize =
 pub const HOST_FACT_END: usize = core::mem::offset_of!(M0Host, fact)
     + size_of::<unsafe extern "C" fn(*const u8, usize, *const u8, usize) -> i32>();
 
+/// The end of `M0Host::response_reason` (1.4): a plugin calls it only when
+/// `covers(host.size, HOST_REASON_END)`.
+pub const HOST_REASON_END: usize = core::mem::offset_of!(M0Host, response_reason)
+    + size_of::<unsafe extern "C" fn(*mut M0Response, *const u8, usize) -> i32>();
+
+/// The longest reason phrase `response_reason` takes.
+pub const M0_REASON_MAX: usize = 256;
+
 // The minimums are the 1.0 layouts, whatever is added after them.
 #[cfg(target_pointer_width = "64")]
 const _: () =
@@ -541,4 +563,7 @@ const _: fn(&M0Host) -> &unsafe extern "C" fn(*const u8, usize, *const u8, usize
     |host| &host.fact;
 // Fields added after 1.0 lie past the 1.0 end, so a 1.0 reader never sees them.
 const _: () = assert!(HOST_FACT_END > MIN_HOST_SIZE as usize);
+const _: () = assert!(HOST_REASON_END > HOST_FACT_END);
+const _: fn(&M0Host) -> &unsafe extern "C" fn(*mut M0Response, *const u8, usize) -> i32 =
+    |host| &host.response_reason;
 const _: () = assert!(PLUGIN_INFO_BATCH_BYTES_END > MIN_PLUGIN_INFO_SIZE as usize);

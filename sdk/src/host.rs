@@ -4,7 +4,8 @@
 use std::sync::OnceLock;
 
 use m0serve_abi::{
-    self as abi, HOST_FACT_END, M0Header, M0Host, M0Request, M0Response, MIN_HOST_SIZE, covers,
+    self as abi, HOST_FACT_END, HOST_REASON_END, M0Header, M0Host, M0Request, M0Response,
+    MIN_HOST_SIZE, covers,
 };
 
 use crate::Error;
@@ -25,6 +26,9 @@ pub struct Host {
     counter_add: unsafe extern "C" fn(u32, u64),
     /// 1.2; `None` from an older host, whose table ends before it.
     fact: Option<unsafe extern "C" fn(*const u8, usize, *const u8, usize) -> i32>,
+    /// 1.4; `None` from an older host.
+    pub(crate) response_reason:
+        Option<unsafe extern "C" fn(*mut M0Response, *const u8, usize) -> i32>,
     abi_minor: u32,
 }
 
@@ -99,6 +103,7 @@ impl Host {
                 now_ns: (*host).now_ns,
                 counter_add: (*host).counter_add,
                 fact: covers(size, HOST_FACT_END).then(|| (*host).fact),
+                response_reason: covers(size, HOST_REASON_END).then(|| (*host).response_reason),
                 abi_minor: minor,
             }
         })
@@ -209,6 +214,9 @@ mod tests {
     unsafe extern "C" fn fact(_: *const u8, _: usize, _: *const u8, _: usize) -> i32 {
         abi::M0_ERR_INVALID
     }
+    unsafe extern "C" fn reason(_: *mut M0Response, _: *const u8, _: usize) -> i32 {
+        abi::M0_ERR_INVALID
+    }
 
     fn table(size: u32, major: u32) -> M0Host {
         M0Host {
@@ -224,6 +232,7 @@ mod tests {
             now_ns: now,
             counter_add: count,
             fact,
+            response_reason: reason,
         }
     }
 

@@ -87,6 +87,15 @@ impl<'a> Response<'a> {
         }
     }
 
+    /// Sends `reason` in the status line instead of the standard phrase
+    /// for the status (call it before `send` or `start`). `Ok(false)` from
+    /// a host older than ABI 1.4, which sends the standard phrase;
+    /// [`Error::INVALID`] for a phrase with a control character or over
+    /// `M0_REASON_MAX` bytes.
+    pub fn reason(&mut self, reason: &str) -> Result<bool, Error> {
+        self.inner.reason(reason)
+    }
+
     /// Status, headers and the whole body in one call (one `writev`).
     pub fn send(mut self, status: u16, headers: &[Header<'_>], body: &[u8]) -> Result<Sent, Error> {
         self.inner.send(status, headers, body)?;
@@ -192,6 +201,17 @@ impl RawResponse {
 
     pub fn is_valid(&self) -> bool {
         !self.raw.is_null()
+    }
+
+    /// As [`Response::reason`].
+    pub fn reason(&mut self, reason: &str) -> Result<bool, Error> {
+        let raw = self.live()?;
+        let Some(set) = self.host.response_reason else {
+            return Ok(false);
+        };
+        // SAFETY: as in `start`; `reason` is alive for the call.
+        Error::check(unsafe { set(raw, reason.as_ptr(), reason.len()) })?;
+        Ok(true)
     }
 
     /// As [`Response::start`].

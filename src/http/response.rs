@@ -100,12 +100,23 @@ pub fn reason(status: u16) -> &'static str {
     }
 }
 
+/// A reason phrase as RFC 9112 allows it (tab, space, visible ASCII,
+/// obs-text), at most `M0_REASON_MAX` bytes.
+pub fn is_valid_reason(reason: &[u8]) -> bool {
+    reason.len() <= m0serve_abi::M0_REASON_MAX
+        && reason
+            .iter()
+            .all(|&b| b == b'\t' || b == b' ' || b.is_ascii_graphic() || b >= 0x80)
+}
+
 /// Write the status line and the server's own headers, then the plugin's.
-/// The caller has validated `headers` with `is_valid_field`.
+/// The caller has validated `headers` with `is_valid_field`, and `reason`
+/// (the standard phrase when `None`) with `is_valid_reason`.
 pub fn write_head<'h>(
     out: &mut Vec<u8>,
     http_minor: u8,
     status: u16,
+    reason_phrase: Option<&[u8]>,
     length: BodyLength,
     keep_alive: bool,
     headers: impl Iterator<Item = (&'h [u8], &'h [u8])>,
@@ -121,7 +132,7 @@ pub fn write_head<'h>(
     code[2] += (status % 10) as u8;
     out.extend_from_slice(&code);
     out.push(b' ');
-    out.extend_from_slice(reason(status).as_bytes());
+    out.extend_from_slice(reason_phrase.unwrap_or(reason(status).as_bytes()));
     out.extend_from_slice(b"\r\nServer: m0serve\r\nDate: ");
     super::date::with_now(|d| out.extend_from_slice(d));
     out.extend_from_slice(b"\r\n");
@@ -163,6 +174,7 @@ pub fn simple(
         out,
         http_minor,
         status,
+        None,
         BodyLength::Sized(text.len() as u64),
         keep_alive,
         [(&b"Content-Type"[..], &b"text/plain; charset=utf-8"[..])]
@@ -182,11 +194,39 @@ mod tests {
             &mut out,
             http_minor,
             status,
+            None,
             len,
             ka,
             [(&b"X-A"[..], &b"1"[..])].into_iter(),
         );
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn a_reason_phrase_given_replaces_the_standard_one() {
+        let mut out = Vec::new();
+        let reason = Some(&b"Totally Custom"[..]);
+        write_head(
+            &mut out,
+            1,
+            299,
+            reason,
+            BodyLength::Sized(0),
+            true,
+            [].into_iter(),
+        );
+        assert!(out.starts_with(b"HTTP/1.1 299 Totally Custom\r\nServer: m0serve\r\n"));
+    }
+
+    #[test]
+    fn a_reason_phrase_holds_no_line_breaks_or_controls() {
+        assert!(is_valid_reason(b"Totally Custom"));
+        assert!(is_valid_reason("Ça va\t!".as_bytes()));
+        assert!(is_valid_reason(b""));
+        assert!(!is_valid_reason(b"OK\r\nX-Injected: 1"));
+        assert!(!is_valid_reason(b"OK\0"));
+        assert!(!is_valid_reason(&[b'a'; 257]));
+        assert!(is_valid_reason(&[b'a'; 256]));
     }
 
     #[test]

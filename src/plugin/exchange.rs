@@ -67,6 +67,10 @@ pub struct Exchange<'a> {
     /// Head and chunk framing waiting to go out with the next bytes.
     scratch: &'a mut Vec<u8>,
     sink: Sink<'a>,
+    /// The length of a reason phrase the plugin set in place of the
+    /// standard one, kept at the start of `scratch` until the head is
+    /// written (so it costs no allocation).
+    reason_len: Option<usize>,
     pub status: u16,
     pub bytes_sent: u64,
 }
@@ -102,6 +106,7 @@ impl<'a> Exchange<'a> {
             state: State::Idle,
             scratch,
             sink,
+            reason_len: None,
             status: 0,
             bytes_sent: 0,
         }
@@ -115,6 +120,25 @@ impl<'a> Exchange<'a> {
         n
     }
 
+    /// The plugin's reason phrase for the response it is about to start.
+    pub fn set_reason(&mut self, reason: &[u8]) -> i32 {
+        if self.state != State::Idle {
+            return abi::M0_ERR_STATE;
+        }
+        if !response::is_valid_reason(reason) {
+            crate::log::warn(format_args!(
+                "the plugin's reason phrase {:?} is refused (M0_ERR_INVALID): at most {} bytes of tab, space, visible ASCII or bytes from 0x80",
+                String::from_utf8_lossy(reason),
+                abi::M0_REASON_MAX
+            ));
+            return abi::M0_ERR_INVALID;
+        }
+        self.scratch.clear();
+        self.scratch.extend_from_slice(reason);
+        self.reason_len = Some(reason.len());
+        abi::M0_OK
+    }
+
     pub fn start<'h>(
         &mut self,
         status: u16,
@@ -124,6 +148,14 @@ impl<'a> Exchange<'a> {
         if self.state != State::Idle {
             return abi::M0_ERR_STATE;
         }
+        // The phrase is for this start only: a start refused below (and
+        // the error response a plugin may send instead) goes out with the
+        // standard phrase.
+        let mut phrase = [0u8; abi::M0_REASON_MAX];
+        let reason = self.reason_len.take().map(|n| {
+            phrase[..n].copy_from_slice(&self.scratch[..n]);
+            &phrase[..n]
+        });
         if !(200..=999).contains(&status) {
             crate::log::warn(format_args!(
                 "the plugin's response status {status} is refused (M0_ERR_INVALID): a final status is 200 to 999"
@@ -153,6 +185,7 @@ impl<'a> Exchange<'a> {
             self.scratch,
             self.http_minor,
             status,
+            reason,
             length,
             self.keep_alive,
             headers,

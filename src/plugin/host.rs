@@ -25,6 +25,7 @@ pub static HOST: abi::M0Host = abi::M0Host {
     now_ns: host_now_ns,
     counter_add: host_counter_add,
     fact: host_fact,
+    response_reason: host_response_reason,
 };
 
 /// Counters plugins report into (this worker's).
@@ -111,6 +112,24 @@ unsafe extern "C" fn host_response_start(
             return abi::M0_ERR_INVALID;
         };
         ex.start(status, pairs, content_length)
+    })
+}
+
+unsafe extern "C" fn host_response_reason(
+    response: *mut abi::M0Response,
+    reason: *const u8,
+    len: usize,
+) -> i32 {
+    boundary(abi::M0_ERR_INTERNAL, || {
+        // SAFETY: the plugin passes the handle of its current call.
+        let Some(ex) = (unsafe { exchange(response) }) else {
+            return abi::M0_ERR_INVALID;
+        };
+        // SAFETY: the plugin passes `len` readable bytes.
+        let Some(reason) = (unsafe { bytes(reason, len) }) else {
+            return abi::M0_ERR_INVALID;
+        };
+        ex.set_reason(reason)
     })
 }
 

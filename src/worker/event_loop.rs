@@ -55,6 +55,9 @@ static MAX_BODY_LOGGED: std::sync::atomic::AtomicBool = std::sync::atomic::Atomi
 
 /// New connections admitted per pass.
 const ACCEPT_BATCH: usize = 64;
+/// At the start of a drain, the backlog is taken in up to this many
+/// batches (a listener's backlog is `--backlog`, 1024 by default).
+const DRAIN_ACCEPT_ROUNDS: usize = 16;
 /// How long a closing connection waits for the client to go away.
 const LINGER: Duration = Duration::from_secs(2);
 /// Timeouts are checked at this granularity.
@@ -338,6 +341,16 @@ impl EventLoop {
             share.leave();
         }
         self.drain_deadline = Some(Instant::now() + self.graceful);
+        // Connections the kernel completed before the stop are the clients'
+        // as much as accepted ones (connect() returned, the request is
+        // often on the wire): take them in before letting the listener go,
+        // or closing it resets them. They get the early grace below.
+        for _ in 0..DRAIN_ACCEPT_ROUNDS {
+            self.accept_batch();
+            if !self.accept_owed {
+                break;
+            }
+        }
         if let Some(mut listener) = self.listener.take() {
             let _ = self.poll.registry().deregister(&mut listener);
         }

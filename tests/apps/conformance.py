@@ -162,6 +162,33 @@ def errors_route(environ, start_response):
     return _text(start_response, b"logged\n")
 
 
+def logging_route(environ, start_response):
+    # As Flask's default handler does: a logging.StreamHandler on wsgi.errors.
+    import logging
+    token = _query(environ).get("token", "none")
+    handler = logging.StreamHandler(environ["wsgi.errors"])
+    logger = logging.getLogger(f"conformance.{token}")
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    logger.addHandler(handler)
+    try:
+        logger.debug("conformance logging debug %s", token)
+        logger.info("conformance logging info %s", token)
+        logger.warning("conformance logging warning %s", token)
+        logger.error("conformance logging error %s", token)
+        environ["wsgi.errors"].write(f"conformance direct write {token}\n")
+    finally:
+        logger.removeHandler(handler)
+    return _text(start_response, b"logged\n")
+
+
+def reason_route(environ, start_response):
+    from urllib.parse import unquote
+    status = unquote(_query(environ).get("status", "299 Totally Custom"))
+    start_response(status, [("Content-Type", "text/plain")])
+    return [b"reason\n"]
+
+
 # --- start_response ------------------------------------------------------------
 
 def headers_route(environ, start_response, kind):
@@ -304,6 +331,8 @@ def canary(environ, start_response):
 ROUTES = {
     "/environ": environ_dump,
     "/errors": errors_route,
+    "/logging": logging_route,
+    "/reason": reason_route,
     "/start/twice": start_twice,
     "/start/exc-before": exc_before_body,
     "/start/exc-after": exc_after_body,

@@ -52,6 +52,15 @@ def query():
     return Response("\n".join(lines) + "\n", mimetype="text/plain")
 
 
+@app.get("/log")
+def log():
+    # Flask's default handler writes app.logger's records to wsgi.errors.
+    mark = request.args.get("mark", "none")
+    app.logger.warning("flask warning %s", mark)
+    app.logger.error("flask error %s", mark)
+    return Response("logged\n", mimetype="text/plain")
+
+
 @app.get("/boom")
 def boom():
     raise RuntimeError("framework contract: SECRET-BOOM-TEXT")

@@ -225,7 +225,16 @@ impl Server {
 
     /// Start and wait for the ready line; on failure give back the log and
     /// the exit status.
-    pub fn try_start(mut cmd: Command) -> Result<Server, (String, Option<ExitStatus>)> {
+    pub fn try_start(cmd: Command) -> Result<Server, (String, Option<ExitStatus>)> {
+        Server::try_start_within(cmd, Duration::from_secs(60))
+    }
+
+    /// `try_start`, waiting up to `wait` for the ready line (a command that
+    /// builds the server first needs minutes).
+    pub fn try_start_within(
+        mut cmd: Command,
+        wait: Duration,
+    ) -> Result<Server, (String, Option<ExitStatus>)> {
         use std::os::unix::process::CommandExt;
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -247,7 +256,7 @@ impl Server {
                 }
             });
         }
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Instant::now() + wait;
         loop {
             let ready = ready_addr(&log.lock().unwrap());
             if let Some(addr) = ready {

@@ -82,7 +82,8 @@ pub trait Backend: Sized + Send + Sync + 'static {
     }
 }
 
-/// Why a forward pass failed: every request of its batch is answered 500
+/// Why a forward pass failed: every request of its batch is answered as
+/// TEI answers a backend failure (424 `Backend`; 500 on OpenAI's route)
 /// with [`BackendError::message`], and the plugin logs
 /// [`BackendError::detail`] once.
 #[derive(Debug, Clone, PartialEq, Eq)]

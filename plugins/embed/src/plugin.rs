@@ -342,7 +342,7 @@ impl<B: Backend> Embed<B> {
                         format!(":\n{}", e.detail)
                     };
                     host.error(&format!(
-                        "{}: the forward pass of {} input(s) from {} request(s) failed, answering 500: {}{detail}",
+                        "{}: the forward pass of {} input(s) from {} request(s) failed, answering 424 (TEI) / 500 (OpenAI): {}{detail}",
                         B::DESCRIPTION.name(),
                         all.len(),
                         pending.len(),
@@ -360,7 +360,7 @@ impl<B: Backend> Embed<B> {
     fn reply(&self, p: Pending<'_>) -> Result<Sent, Error> {
         let rows = match p.rows {
             Ok(rows) => rows,
-            Err(e) => return fail(p.resp, &ApiError::internal(p.call.flavor, &e.message)),
+            Err(e) => return fail(p.resp, &ApiError::backend(p.call.flavor, &e.message)),
         };
         let mut out = Vec::new();
         match self.render(&p.call, rows, p.tokens, &mut out) {

@@ -40,6 +40,9 @@ pub struct PythonSetup {
     pub program: PathBuf,
     /// The virtual environment in use, if any.
     pub venv: Option<PathBuf>,
+    /// What named it: `--venv` (the flag or `M0_VENV`), `VIRTUAL_ENV`, or
+    /// empty for none.
+    pub venv_source: &'static str,
 }
 
 /// Picks the interpreter: `--venv`, else `$VIRTUAL_ENV`, else the Python this
@@ -74,11 +77,13 @@ pub fn choose_python(venv_arg: &str, libpython: Option<&Path>) -> Result<PythonS
         return Ok(PythonSetup {
             program,
             venv: Some(venv),
+            venv_source: source,
         });
     }
     Ok(PythonSetup {
         program: base_python(libpython),
         venv: None,
+        venv_source: source,
     })
 }
 

@@ -174,7 +174,8 @@ impl Embedded {
     /// The `python.*` facts for the host's `--doctor` and checks: the
     /// interpreter, `app` (what the plugin was asked to import),
     /// `resolved` (the repr of what it got) and the fork-unsafe runtimes
-    /// imported so far. An empty libpython or venv: not found, none.
+    /// imported so far. An empty libpython or venv: not found, none;
+    /// `venv_source` says which setting named the venv.
     pub fn facts(
         &self,
         py: Python<'_>,
@@ -196,6 +197,7 @@ impl Embedded {
                     .map(|v| v.display().to_string())
                     .unwrap_or_default(),
             ),
+            ("python.venv_source", self.setup.venv_source.to_string()),
             ("python.app", app),
             (
                 "python.resolved",

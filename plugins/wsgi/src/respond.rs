@@ -52,6 +52,9 @@ pub struct StartResponse {
     resp: RawResponse,
     /// 0 until `start_response` is called.
     status: u16,
+    /// The app's reason phrase ("Totally Custom" of "299 Totally Custom"),
+    /// sent as given; the buffer is kept from request to request.
+    reason: String,
     /// Latin-1 bytes of header names and values...
     hbuf: Vec<u8>,
     /// ...and (name start, name len, value start, value len) into `hbuf`.
@@ -113,8 +116,9 @@ fn push_latin1(s: &Bound<'_, PyString>, out: &mut Vec<u8>, what: &str) -> PyResu
     Ok(())
 }
 
-/// Parses "200 OK" (a reason phrase is optional).
-fn parse_status(status: &Bound<'_, PyAny>) -> PyResult<u16> {
+/// Parses "200 OK" (a reason phrase is optional) into the code, and the
+/// phrase into `reason`.
+fn parse_status(status: &Bound<'_, PyAny>, reason: &mut String) -> PyResult<u16> {
     let s = status.cast::<PyString>().map_err(|_| {
         PyTypeError::new_err(format!(
             "start_response(): status must be str, not {}",
@@ -141,6 +145,8 @@ fn parse_status(status: &Bound<'_, PyAny>) -> PyResult<u16> {
     if !(100..=599).contains(&code) {
         return Err(bad());
     }
+    reason.clear();
+    reason.push_str(text.get(4..).unwrap_or(""));
     Ok(code)
 }
 
@@ -281,6 +287,7 @@ impl StartResponse {
         StartResponse {
             resp,
             status: 0,
+            reason: String::new(),
             hbuf,
             hdrs,
             declared: None,
@@ -353,6 +360,7 @@ impl StartResponse {
         } else {
             Length::Exact(length as u64)
         };
+        self.send_reason();
         let status = self.status;
         let resp = &mut self.resp;
         let rc = code(with_headers(&self.hbuf, &self.hdrs, |h| {
@@ -442,6 +450,16 @@ impl StartResponse {
         self.record(rc)
     }
 
+    /// Hands the app's reason phrase to the host for the head about to be
+    /// written. A host older than ABI 1.4 sends the standard phrase; one
+    /// the host refuses (over 256 bytes) it logs, and sends the standard
+    /// phrase too: the response itself is not at fault.
+    fn send_reason(&mut self) {
+        if !self.reason.is_empty() {
+            let _ = self.resp.reason(&self.reason);
+        }
+    }
+
     /// Sends the whole response in one piece: status, headers, body.
     fn send_whole(&mut self, py: Python<'_>, data: &[u8]) -> i32 {
         debug_assert!(!self.head_sent);
@@ -468,6 +486,7 @@ impl StartResponse {
                 if !self.resp.is_valid() {
                     return M0_ERR_INTERNAL;
                 }
+                self.send_reason();
                 let status = self.status;
                 let resp = &mut self.resp;
                 let rc = with_headers(&self.hbuf, &self.hdrs, |h| {
@@ -519,7 +538,10 @@ impl StartResponse {
                 _ => {}
             }
         }
-        let code = parse_status(status)?;
+        let code = {
+            let mut this = slf.borrow_mut();
+            parse_status(status, &mut this.reason)?
+        };
         let reuse = {
             let mut this = slf.borrow_mut();
             (
