@@ -16,10 +16,11 @@ pub const ENV_THREADS: &str = "M0_EMBED_THREADS";
 pub const ENV_MAX_BATCH_REQUESTS: &str = "M0_EMBED_MAX_BATCH_REQUESTS";
 const DEFAULT_MAX_BATCH_REQUESTS: u32 = 32;
 
-/// Body bytes one forward pass may serve, summed over its requests (default
+/// Body bytes one batch of requests may hold, summed over them (default
 /// 65536). The host counts bytes, not tokens; English in JSON runs about 4
 /// bytes a token, so the default is about 16384 tokens, the default of
-/// TEI's `--max-batch-tokens`.
+/// TEI's `--max-batch-tokens`; a quarter of it is also the most tokens the
+/// plugin gives one forward pass.
 pub const ENV_MAX_BATCH_BYTES: &str = "M0_EMBED_MAX_BATCH_BYTES";
 const DEFAULT_MAX_BATCH_BYTES: u32 = 65536;
 
