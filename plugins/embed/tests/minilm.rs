@@ -3,7 +3,8 @@
 //! embeddings in tests/data/minilm_reference.json: every sentence alone and
 //! all of them as one mixed-length batch, normalized and not, on 1 and 2
 //! compute threads; one pass cut back per request, as the plugin serves a
-//! batch of requests.
+//! batch of requests; token ids a client made with the model's tokenizer
+//! taken as the text's tokens.
 
 mod common;
 
@@ -231,4 +232,40 @@ fn minilm_one_pass_split_per_request_matches_a_pass_per_request() {
             "normalize {normalize}: one part differs from embed"
         );
     }
+}
+
+#[test]
+fn minilm_token_ids_from_its_own_tokenizer_are_taken_as_the_texts_tokens() {
+    let r = reference();
+    let m = model(1);
+    let tok = m.tokenizer();
+    let texts: Vec<&str> = r.sentences.iter().map(String::as_str).collect();
+    let from_text = tok.tokenize(&texts, true).unwrap();
+    let seqs: Vec<Vec<u32>> = from_text.iter().map(|e| e.ids().to_vec()).collect();
+    assert_eq!(tok.from_ids(&seqs, false).unwrap(), from_text);
+    // A sequence past max_len (ids of a longer text: more words before the
+    // closing [SEP]) is cut as the text's tokens are, [SEP] kept.
+    let long = r.tokens.iter().position(|&n| n == 256).unwrap();
+    let cut = from_text[long].ids();
+    let sep = *cut.last().unwrap();
+    let mut longer = cut[..255].to_vec();
+    longer.extend_from_slice(&[2023, 2003, 2062, 3793]);
+    longer.push(sep);
+    let got = tok.from_ids(std::slice::from_ref(&longer), true).unwrap();
+    assert_eq!(got[0].ids(), cut);
+    // Without the closing special token, the first 256 ids are kept.
+    let got = tok.from_ids(&[longer[..259].to_vec()], true).unwrap();
+    assert_eq!(got[0].ids(), &longer[..256]);
+    // Truncation off: refused as the text would be.
+    match tok.from_ids(&[seqs[0].clone(), longer.clone()], false) {
+        Err(TokenizeError::TooLong(t)) => assert_eq!((t.index, t.tokens, t.max), (1, 260, 256)),
+        other => panic!("{other:?}"),
+    }
+    // An id outside the vocabulary never reaches the encoder.
+    assert_eq!(tok.vocab(), m.info().vocab);
+    let bad = vec![101, m.info().vocab as u32, 102];
+    assert!(matches!(
+        tok.from_ids(&[bad], true),
+        Err(TokenizeError::Failed { index: 0, .. })
+    ));
 }

@@ -45,6 +45,12 @@ pub const ENV_MAX_CLIENT_BATCH_SIZE: &str = "M0_EMBED_MAX_CLIENT_BATCH_SIZE";
 pub const ENV_PAYLOAD_LIMIT: &str = "M0_EMBED_PAYLOAD_LIMIT";
 /// See [`ENV_MAX_CLIENT_BATCH_SIZE`].
 pub const ENV_AUTO_TRUNCATE: &str = "M0_EMBED_AUTO_TRUNCATE";
+/// Most inputs in one `/v1/embeddings` request (OpenAI's 2048 by default);
+/// TEI's routes keep [`ENV_MAX_CLIENT_BATCH_SIZE`].
+pub const ENV_MAX_OPENAI_INPUTS: &str = "M0_EMBED_MAX_OPENAI_INPUTS";
+/// Whether token-id inputs are embedded (as ids of this model's own
+/// vocabulary) rather than refused.
+pub const ENV_ACCEPT_TOKEN_IDS: &str = "M0_EMBED_ACCEPT_TOKEN_IDS";
 
 /// An error reply: status, shape and text, ready to render with
 /// [`ApiError::body`].
@@ -142,12 +148,17 @@ impl ApiError {
     }
 
     /// More inputs in one request than `max`. TEI 413 `Validation`, OpenAI
-    /// 400.
+    /// 400. Each route has its own limit, so the message names the setting
+    /// of the route the request came in on.
     pub fn too_many(flavor: Flavor, n: usize, max: usize) -> Self {
         let field = input_field(flavor);
+        let setting = match flavor {
+            Flavor::Tei => ENV_MAX_CLIENT_BATCH_SIZE,
+            Flavor::OpenAi => ENV_MAX_OPENAI_INPUTS,
+        };
         let message = format!(
             "batch size {n} > maximum allowed batch size {max}: send at most {max} items in \
-             `{field}` per request, or raise the server's limit ({ENV_MAX_CLIENT_BATCH_SIZE})"
+             `{field}` per request, or raise the server's limit ({setting})"
         );
         match flavor {
             Flavor::Tei => ApiError::new(413, flavor, VALIDATION, message).with_param("inputs"),
@@ -155,6 +166,60 @@ impl ApiError {
                 .with_param("input")
                 .with_code("too_many_inputs"),
         }
+    }
+
+    /// Token ids sent where this server takes text (the default). 422 on
+    /// both routes: the request is well-formed, but the ids are another
+    /// tokenizer's as often as not (LangChain's `OpenAIEmbeddings` sends
+    /// OpenAI's tiktoken ids unless told otherwise), and embedding them as
+    /// this model's vocabulary would answer 200 with meaningless vectors.
+    pub fn token_ids(flavor: Flavor) -> Self {
+        let field = input_field(flavor);
+        let how = match flavor {
+            Flavor::Tei => String::new(),
+            Flavor::OpenAi => " (LangChain's OpenAIEmbeddings sends token ids unless it is made \
+                 with check_embedding_ctx_length=False)"
+                .to_string(),
+        };
+        let message = format!(
+            "`{field}` holds token ids: this server tokenizes text itself, with its model's own \
+             tokenizer, and ids made by another tokenizer would embed as nonsense; send the \
+             text itself, as a string or a list of strings{how}; a client that tokenizes with \
+             this model's tokenizer may send ids when the server is started with \
+             {ENV_ACCEPT_TOKEN_IDS}=1"
+        );
+        let kind = match flavor {
+            Flavor::Tei => VALIDATION,
+            Flavor::OpenAi => INVALID_REQUEST,
+        };
+        ApiError::new(422, flavor, kind, message)
+            .with_param(field)
+            .with_code("token_ids_unsupported")
+    }
+
+    /// Token id `id`, at `position` of input `index`, is not in the model's
+    /// vocabulary of `vocab` ids. 422 on both routes.
+    pub fn token_id_out_of_vocabulary(
+        flavor: Flavor,
+        index: usize,
+        position: usize,
+        id: &str,
+        vocab: usize,
+    ) -> Self {
+        let field = input_field(flavor);
+        let message = format!(
+            "`{field}` item {index} has token id {id} at position {position}, outside this \
+             model's vocabulary (ids 0 to {}): send ids made by this model's own tokenizer, or \
+             send the text",
+            vocab.saturating_sub(1)
+        );
+        let kind = match flavor {
+            Flavor::Tei => VALIDATION,
+            Flavor::OpenAi => INVALID_REQUEST,
+        };
+        ApiError::new(422, flavor, kind, message)
+            .with_param(field)
+            .with_code("token_id_out_of_vocabulary")
     }
 
     /// Input `index` has `tokens` tokens, over the model's `max`, and
@@ -463,9 +528,37 @@ mod tests {
         let e = ApiError::too_many(Flavor::Tei, 33, 32);
         assert!(e.message.contains("33") && e.message.contains("32"));
         assert!(e.message.contains(ENV_MAX_CLIENT_BATCH_SIZE));
+        let e = ApiError::too_many(Flavor::OpenAi, 2049, 2048);
+        assert!(e.message.contains("2049") && e.message.contains("2048"));
+        assert!(e.message.contains(ENV_MAX_OPENAI_INPUTS));
+        assert!(!e.message.contains(ENV_MAX_CLIENT_BATCH_SIZE));
         let e = ApiError::payload_too_large(Flavor::Tei, 2_000_001, 2_000_000);
         assert!(e.message.contains("2000001") && e.message.contains("2000000"));
         assert!(e.message.contains(ENV_PAYLOAD_LIMIT));
+    }
+
+    #[test]
+    fn token_id_errors_are_422_in_each_shape_and_say_what_to_do() {
+        let e = ApiError::token_ids(Flavor::OpenAi);
+        assert_eq!(e.status, 422);
+        let v = parse(&e);
+        assert_eq!(v["error"]["type"], "invalid_request_error");
+        assert_eq!(v["error"]["param"], "input");
+        assert_eq!(v["error"]["code"], "token_ids_unsupported");
+        let m = v["error"]["message"].as_str().unwrap();
+        assert!(m.contains("tokenizes text itself"), "{m}");
+        assert!(m.contains("check_embedding_ctx_length=False"), "{m}");
+        assert!(m.contains(ENV_ACCEPT_TOKEN_IDS), "{m}");
+        let e = ApiError::token_ids(Flavor::Tei);
+        assert_eq!(
+            (e.status, parse(&e)["error_type"].as_str()),
+            (422, Some("Validation"))
+        );
+        let e = ApiError::token_id_out_of_vocabulary(Flavor::OpenAi, 2, 5, "30522", 30522);
+        assert_eq!(e.status, 422);
+        assert_eq!(parse(&e)["error"]["code"], "token_id_out_of_vocabulary");
+        assert!(e.message.contains("item 2") && e.message.contains("position 5"));
+        assert!(e.message.contains("token id 30522") && e.message.contains("0 to 30521"));
     }
 
     #[test]

@@ -6,6 +6,9 @@
 //! `max_batch_tokens`, `max_batch_requests`, `max_client_batch_size`,
 //! `auto_truncate`, `tokenization_workers`, `version`, `sha`,
 //! `docker_label`; newer TEI adds `served_model_name`, written here too.
+//! One field is this server's own, after TEI's: `max_openai_inputs`, the
+//! per-request input limit of `/v1/embeddings` (TEI's clients ignore
+//! fields they do not know).
 
 use super::json::{write_str, write_usize};
 
@@ -34,8 +37,10 @@ pub struct InfoFields<'a> {
     /// Most requests in one forward batch, if capped (each request holds
     /// up to `max_client_batch_size` inputs).
     pub max_batch_requests: Option<usize>,
-    /// Most inputs in one client request.
+    /// Most inputs in one client request on TEI's routes.
     pub max_client_batch_size: usize,
+    /// Most inputs in one `/v1/embeddings` request.
+    pub max_openai_inputs: usize,
     /// Whether over-long inputs are cut when a request does not say.
     pub auto_truncate: bool,
     /// Threads that tokenize.
@@ -90,6 +95,8 @@ pub fn write_info(info: &InfoFields<'_>, out: &mut Vec<u8>) {
     opt_str(info.docker_label, out);
     out.extend_from_slice(b",\"served_model_name\":");
     opt_str(info.served_model_name, out);
+    out.extend_from_slice(b",\"max_openai_inputs\":");
+    write_usize(info.max_openai_inputs, out);
     out.push(b'}');
 }
 
@@ -117,6 +124,7 @@ mod tests {
             max_batch_tokens: 16384,
             max_batch_requests: None,
             max_client_batch_size: 32,
+            max_openai_inputs: 2048,
             auto_truncate: false,
             tokenization_workers: 2,
             version: env!("CARGO_PKG_VERSION"),
@@ -149,10 +157,12 @@ mod tests {
             "sha",
             "docker_label",
             "served_model_name",
+            "max_openai_inputs",
         ] {
             assert!(keys.contains(&k), "missing {k}");
         }
-        assert_eq!(obj.len(), 15);
+        assert_eq!(obj.len(), 16);
+        assert_eq!(v["max_openai_inputs"], 2048);
         assert_eq!(v["model_type"]["embedding"]["pooling"], "mean");
         assert_eq!(v["model_sha"], Value::Null);
         assert_eq!(v["max_batch_requests"], Value::Null);

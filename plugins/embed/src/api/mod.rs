@@ -4,7 +4,8 @@
 //!
 //! A request goes: [`route`] on the request line; for the two embedding
 //! routes, [`parse_tei`] or [`parse_openai`] on the body, giving an
-//! [`EmbedCall`]; the model embeds `EmbedCall::inputs` (refusing over-long
+//! [`EmbedCall`]; the model embeds `EmbedCall::inputs`, texts or (when the
+//! server accepts them) token ids, (refusing over-long
 //! inputs with [`ApiError::too_long`] unless `truncate`); [`shrink_rows`]
 //! applies `dimensions`; [`write_tei`] or [`write_openai`] writes the reply.
 //! Any failure is an [`ApiError`], whose [`ApiError::status`],
@@ -18,9 +19,12 @@ mod request;
 mod route;
 
 pub use error::{
-    ApiError, ENV_AUTO_TRUNCATE, ENV_MAX_CLIENT_BATCH_SIZE, ENV_PAYLOAD_LIMIT, Flavor,
+    ApiError, ENV_ACCEPT_TOKEN_IDS, ENV_AUTO_TRUNCATE, ENV_MAX_CLIENT_BATCH_SIZE,
+    ENV_MAX_OPENAI_INPUTS, ENV_PAYLOAD_LIMIT, Flavor,
 };
 pub use info::{InfoFields, write_info};
 pub use render::{shrink_rows, write_openai, write_tei};
-pub use request::{EmbedCall, Encoding, Limits, TruncationDirection, parse_openai, parse_tei};
+pub use request::{
+    EmbedCall, Encoding, Inputs, Limits, TruncationDirection, parse_openai, parse_tei,
+};
 pub use route::{Route, route};

@@ -12,9 +12,13 @@
 //!   releases send every parameter of `feature_extraction`, `None`s as
 //!   `null`).
 //! - Token-id inputs (`[1, 2, 3]` or `[[1, 2], [3]]`), which TEI and OpenAI
-//!   accept, are refused: TEI 422 / OpenAI 400, with code
-//!   `token_ids_unsupported`. The plugin would have to trust ids it cannot
-//!   check against the tokenizer's vocabulary; send the text instead.
+//!   accept, are refused by default with 422 and code
+//!   `token_ids_unsupported` on both routes: ids from another tokenizer
+//!   (LangChain sends OpenAI's tiktoken ids by default) would embed as
+//!   nonsense with a 200. With [`Limits::accept_token_ids`] they are taken
+//!   as ids of this model's vocabulary, sent as the tokenizer gives them
+//!   (`[CLS]` and `[SEP]` included); an id outside it is a 422 naming it.
+//!   A list mixing texts and ids is refused, as OpenAI refuses it.
 //! - TEI's `inputs` as pairs (`[["a", "b"]]`, for cross-encoders) are
 //!   refused the same way: this is an embedding model.
 //! - An empty string is "empty input" (400), like an empty list.
@@ -25,11 +29,23 @@ use serde_json::{Map, Value};
 /// The server's limits, as configured, that parsing checks against.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Limits {
-    /// Most inputs in one request (TEI's `--max-client-batch-size`,
-    /// default 32).
+    /// Most inputs in one request on TEI's routes (TEI's
+    /// `--max-client-batch-size`, default 32).
     pub max_client_batch_size: usize,
-    /// Largest body accepted, in bytes (TEI's `--payload-limit`, default
-    /// 2 000 000).
+    /// Most inputs in one `/v1/embeddings` request (OpenAI's limit, 2048,
+    /// by default): OpenAI's clients send up to 1000 at once (LangChain's
+    /// `chunk_size`) and would fail on TEI's 32.
+    pub max_openai_inputs: usize,
+    /// Take token-id inputs as ids of this model's vocabulary, instead of
+    /// refusing them (default off).
+    pub accept_token_ids: bool,
+    /// Ids in the model's vocabulary (config.json's `vocab_size`): token
+    /// ids must be below it.
+    pub vocab: usize,
+    /// Largest body accepted, in bytes (TEI's `--payload-limit`; 2 000 000
+    /// here, TEI's default, but the plugin's default makes room for
+    /// [`Limits::max_openai_inputs`] whole-window inputs:
+    /// `settings::default_payload_limit`).
     pub payload_limit: usize,
     /// Whether inputs over the model's limit are cut rather than refused
     /// when a request does not say (TEI's `--auto-truncate`, default off).
@@ -43,6 +59,9 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_client_batch_size: 32,
+            max_openai_inputs: 2048,
+            accept_token_ids: false,
+            vocab: 30522,
             payload_limit: 2_000_000,
             auto_truncate: false,
             dim: 384,
@@ -70,12 +89,39 @@ pub enum TruncationDirection {
     Left,
 }
 
+/// What a request asks to embed, in order: at least one input, none
+/// empty, at most the route's limit ([`Limits::max_client_batch_size`] on
+/// TEI's, [`Limits::max_openai_inputs`] on OpenAI's).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Inputs {
+    /// Texts, for the model's tokenizer.
+    Texts(Vec<String>),
+    /// Token-id sequences, each id below [`Limits::vocab`] (only with
+    /// [`Limits::accept_token_ids`]); not yet checked against the model's
+    /// length limit.
+    Ids(Vec<Vec<u32>>),
+}
+
+impl Inputs {
+    /// How many inputs.
+    pub fn len(&self) -> usize {
+        match self {
+            Inputs::Texts(t) => t.len(),
+            Inputs::Ids(i) => i.len(),
+        }
+    }
+
+    /// Never true of a parsed request.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// One embedding request, from either API.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EmbedCall {
-    /// The texts to embed, in order; at least one, none empty, at most
-    /// [`Limits::max_client_batch_size`].
-    pub inputs: Vec<String>,
+    /// The inputs to embed.
+    pub inputs: Inputs,
     /// L2-normalize each vector (TEI default true; always true on OpenAI's
     /// route, as in TEI).
     pub normalize: bool,
@@ -97,7 +143,7 @@ pub struct EmbedCall {
 }
 
 /// Parses the body of `POST /embed` (or `POST /`):
-/// `{"inputs": str | [str], "normalize"?: bool, "truncate"?: bool,
+/// `{"inputs": str | [str] | [int] | [[int]], "normalize"?: bool, "truncate"?: bool,
 /// "truncation_direction"?: "Right" | "Left", "prompt_name"?: null}`.
 ///
 /// `truncate` defaults to [`Limits::auto_truncate`], `normalize` to true.
@@ -163,7 +209,7 @@ pub fn parse_tei(body: &[u8], limits: &Limits) -> Result<EmbedCall, ApiError> {
 }
 
 /// Parses the body of `POST /v1/embeddings`:
-/// `{"input": str | [str], "model"?: str, "encoding_format"?: "float" |
+/// `{"input": str | [str] | [int] | [[int]], "model"?: str, "encoding_format"?: "float" |
 /// "base64", "dimensions"?: int, "user"?: str}`.
 ///
 /// `encoding_format` defaults to `float` (as OpenAI's API and TEI do;
@@ -289,9 +335,13 @@ fn take_inputs(
     field: &'static str,
     limits: &Limits,
     flavor: Flavor,
-) -> Result<Vec<String>, ApiError> {
+) -> Result<Inputs, ApiError> {
     let shape = "a string or a list of strings";
-    let inputs = match value {
+    let max = match flavor {
+        Flavor::Tei => limits.max_client_batch_size,
+        Flavor::OpenAi => limits.max_openai_inputs,
+    };
+    let items = match value {
         None | Some(Value::Null) => {
             return Err(ApiError::invalid(
                 flavor,
@@ -299,55 +349,9 @@ fn take_inputs(
                 format!("missing field `{field}`: send {shape} to embed"),
             ));
         }
-        Some(Value::String(s)) => vec![s],
-        Some(Value::Array(items)) => {
-            if items.len() > limits.max_client_batch_size {
-                return Err(ApiError::too_many(
-                    flavor,
-                    items.len(),
-                    limits.max_client_batch_size,
-                ));
-            }
-            let mut inputs = Vec::with_capacity(items.len());
-            for (i, item) in items.into_iter().enumerate() {
-                match item {
-                    Value::String(s) => inputs.push(s),
-                    Value::Number(_) => return Err(token_ids(flavor, field)),
-                    Value::Array(inner)
-                        if !inner.is_empty() && inner.iter().all(Value::is_number) =>
-                    {
-                        return Err(token_ids(flavor, field));
-                    }
-                    Value::Array(inner)
-                        if flavor == Flavor::Tei
-                            && !inner.is_empty()
-                            && inner.iter().all(Value::is_string) =>
-                    {
-                        return Err(ApiError::invalid(
-                            flavor,
-                            field,
-                            format!(
-                                "`{field}` item {i} is a list of strings: text pairs are for \
-                                 rerankers and classifiers, this server embeds single texts; \
-                                 send {shape}"
-                            ),
-                        )
-                        .with_code("pairs_unsupported"));
-                    }
-                    v => {
-                        return Err(ApiError::invalid(
-                            flavor,
-                            field,
-                            format!(
-                                "`{field}` item {i} must be a string, got {}; send {shape}",
-                                describe(&v)
-                            ),
-                        ));
-                    }
-                }
-            }
-            inputs
-        }
+        Some(Value::String(s)) if s.is_empty() => return Err(ApiError::empty_input(flavor)),
+        Some(Value::String(s)) => return Ok(Inputs::Texts(vec![s])),
+        Some(Value::Array(items)) => items,
         Some(v) => {
             return Err(ApiError::invalid(
                 flavor,
@@ -356,22 +360,119 @@ fn take_inputs(
             ));
         }
     };
-    if inputs.is_empty() || inputs.iter().any(String::is_empty) {
+    if items.is_empty() {
         return Err(ApiError::empty_input(flavor));
     }
-    Ok(inputs)
+    // One list of numbers is one token-id sequence, however long.
+    if items.iter().all(Value::is_number) {
+        return Ok(Inputs::Ids(vec![token_ids(&items, 0, limits, flavor)?]));
+    }
+    let id_lists: Option<Vec<&Vec<Value>>> = items
+        .iter()
+        .map(|v| v.as_array().filter(|a| a.iter().all(Value::is_number)))
+        .collect();
+    if let Some(lists) = id_lists {
+        // Refused for being ids before being too many: that is the fix the
+        // client needs first.
+        if !limits.accept_token_ids {
+            return Err(ApiError::token_ids(flavor));
+        }
+        if lists.len() > max {
+            return Err(ApiError::too_many(flavor, lists.len(), max));
+        }
+        let mut seqs = Vec::with_capacity(lists.len());
+        for (i, ids) in lists.into_iter().enumerate() {
+            if ids.is_empty() {
+                return Err(ApiError::empty_input(flavor));
+            }
+            seqs.push(token_ids(ids, i, limits, flavor)?);
+        }
+        return Ok(Inputs::Ids(seqs));
+    }
+    if items.len() > max {
+        return Err(ApiError::too_many(flavor, items.len(), max));
+    }
+    let mut inputs = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        match item {
+            Value::String(s) if s.is_empty() => return Err(ApiError::empty_input(flavor)),
+            Value::String(s) => inputs.push(s),
+            Value::Number(_) => return Err(mixed(flavor, field, i)),
+            Value::Array(inner) if !inner.is_empty() && inner.iter().all(Value::is_number) => {
+                return Err(mixed(flavor, field, i));
+            }
+            Value::Array(inner)
+                if flavor == Flavor::Tei
+                    && !inner.is_empty()
+                    && inner.iter().all(Value::is_string) =>
+            {
+                return Err(ApiError::invalid(
+                    flavor,
+                    field,
+                    format!(
+                        "`{field}` item {i} is a list of strings: text pairs are for \
+                         rerankers and classifiers, this server embeds single texts; \
+                         send {shape}"
+                    ),
+                )
+                .with_code("pairs_unsupported"));
+            }
+            v => {
+                return Err(ApiError::invalid(
+                    flavor,
+                    field,
+                    format!(
+                        "`{field}` item {i} must be a string, got {}; send {shape}",
+                        describe(&v)
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(Inputs::Texts(inputs))
 }
 
-fn token_ids(flavor: Flavor, field: &'static str) -> ApiError {
+/// A list that holds both texts and token ids: neither API takes it.
+fn mixed(flavor: Flavor, field: &'static str, i: usize) -> ApiError {
     ApiError::invalid(
         flavor,
         field,
         format!(
-            "`{field}` holds token ids: this server embeds text only; send the text itself, \
-             as a string or a list of strings"
+            "`{field}` item {i} is token ids among texts: send a list of strings, or (where \
+             this server accepts ids) a list of token-id lists, not both"
         ),
     )
-    .with_code("token_ids_unsupported")
+}
+
+/// Input `index`'s ids (`ids`: numbers, at least one), refused unless the
+/// server accepts ids, and then each checked against the vocabulary.
+fn token_ids(
+    ids: &[Value],
+    index: usize,
+    limits: &Limits,
+    flavor: Flavor,
+) -> Result<Vec<u32>, ApiError> {
+    if !limits.accept_token_ids {
+        return Err(ApiError::token_ids(flavor));
+    }
+    let mut out = Vec::with_capacity(ids.len());
+    for (position, id) in ids.iter().enumerate() {
+        // Negative, fractional and huge numbers are outside it too; the
+        // message quotes the id as it was sent.
+        match id.as_u64() {
+            Some(v) if v < limits.vocab as u64 => out.push(v as u32),
+            _ => {
+                return Err(ApiError::token_id_out_of_vocabulary(
+                    flavor,
+                    index,
+                    position,
+                    &id.to_string(),
+                    limits.vocab,
+                ));
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn opt_bool(
@@ -426,17 +527,34 @@ mod tests {
         parse_openai(body.as_bytes(), &limits())
     }
 
+    /// The texts of a call that holds texts.
+    fn texts(c: &EmbedCall) -> Vec<&str> {
+        match &c.inputs {
+            Inputs::Texts(t) => t.iter().map(String::as_str).collect(),
+            Inputs::Ids(ids) => panic!("token ids, not texts: {ids:?}"),
+        }
+    }
+
+    /// Limits that accept token ids, with a vocabulary of 100.
+    fn ids_ok() -> Limits {
+        Limits {
+            accept_token_ids: true,
+            vocab: 100,
+            ..limits()
+        }
+    }
+
     #[test]
     fn tei_single_string_and_list() {
         let c = tei(r#"{"inputs": "hello"}"#).unwrap();
-        assert_eq!(c.inputs, ["hello"]);
+        assert_eq!(texts(&c), ["hello"]);
         assert!(c.normalize);
         assert!(!c.truncate, "TEI's --auto-truncate defaults to off");
         assert_eq!(c.truncation_direction, TruncationDirection::Right);
         assert_eq!(c.flavor, Flavor::Tei);
         assert_eq!(c.encoding, Encoding::Float);
         let c = tei(r#"{"inputs": ["a", "b"], "normalize": false, "truncate": true}"#).unwrap();
-        assert_eq!(c.inputs, ["a", "b"]);
+        assert_eq!(texts(&c), ["a", "b"]);
         assert!(!c.normalize);
         assert!(c.truncate);
     }
@@ -469,7 +587,7 @@ mod tests {
                 "truncate": null, "truncation_direction": null}"#,
         )
         .unwrap();
-        assert_eq!(c.inputs, ["Today is a sunny day"]);
+        assert_eq!(texts(&c), ["Today is a sunny day"]);
         assert!(c.normalize);
         assert!(!c.truncate);
         let c = tei(
@@ -594,9 +712,6 @@ mod tests {
         assert_eq!(e.status, 413);
         assert_eq!(e.kind, "Validation");
         assert!(e.message.contains("33") && e.message.contains("32"));
-        let e = oai(&format!(r#"{{"input": {many}}}"#)).unwrap_err();
-        assert_eq!(e.status, 400);
-        assert_eq!(e.code, Some("too_many_inputs"));
         let exactly = format!("[{}]", vec!["\"a\""; 32].join(","));
         assert_eq!(
             tei(&format!(r#"{{"inputs": {exactly}}}"#))
@@ -605,6 +720,50 @@ mod tests {
                 .len(),
             32
         );
+    }
+
+    #[test]
+    fn openai_takes_openais_2048_inputs_and_tei_keeps_32() {
+        let list = |n: usize| format!("[{}]", vec!["\"a\""; n].join(","));
+        // LangChain's default chunk of 1000, and OpenAI's most.
+        for n in [33, 1000, 2048] {
+            let c = oai(&format!(r#"{{"input": {}}}"#, list(n))).unwrap();
+            assert_eq!(c.inputs.len(), n);
+        }
+        let e = oai(&format!(r#"{{"input": {}}}"#, list(2049))).unwrap_err();
+        assert_eq!(e.status, 400);
+        assert_eq!(e.code, Some("too_many_inputs"));
+        assert!(e.message.contains("2049") && e.message.contains("2048"));
+        assert!(
+            e.message.contains("M0_EMBED_MAX_OPENAI_INPUTS"),
+            "{}",
+            e.message
+        );
+        let e = tei(&format!(r#"{{"inputs": {}}}"#, list(1000))).unwrap_err();
+        assert_eq!(e.status, 413);
+        assert!(e.message.contains("M0_EMBED_MAX_CLIENT_BATCH_SIZE"));
+        // The setting moves the OpenAI limit alone, either way.
+        let l = Limits {
+            max_openai_inputs: 10,
+            ..limits()
+        };
+        let e = parse_openai(format!(r#"{{"input": {}}}"#, list(11)).as_bytes(), &l).unwrap_err();
+        assert_eq!(e.code, Some("too_many_inputs"));
+        assert!(parse_openai(format!(r#"{{"input": {}}}"#, list(10)).as_bytes(), &l).is_ok());
+        assert!(parse_tei(format!(r#"{{"inputs": {}}}"#, list(32)).as_bytes(), &l).is_ok());
+        let l = Limits {
+            max_openai_inputs: 5000,
+            accept_token_ids: true,
+            ..limits()
+        };
+        let body = format!(r#"{{"input": {}}}"#, list(5000));
+        assert_eq!(
+            parse_openai(body.as_bytes(), &l).unwrap().inputs.len(),
+            5000
+        );
+        let ids = format!("[{}]", vec!["[1, 2]"; 5001].join(","));
+        let e = parse_openai(format!(r#"{{"input": {ids}}}"#).as_bytes(), &l).unwrap_err();
+        assert_eq!(e.code, Some("too_many_inputs"));
     }
 
     #[test]
@@ -623,17 +782,103 @@ mod tests {
     }
 
     #[test]
-    fn token_ids_are_refused() {
+    fn token_ids_are_refused_with_422_by_default() {
         for body in [r#"{"inputs": [1, 2, 3]}"#, r#"{"inputs": [[1, 2], [3]]}"#] {
             let e = tei(body).unwrap_err();
             assert_eq!(e.status, 422);
+            assert_eq!(e.kind, "Validation");
             assert_eq!(e.code, Some("token_ids_unsupported"));
             assert!(e.message.contains("token ids"));
         }
-        for body in [r#"{"input": [1, 2, 3]}"#, r#"{"input": [[1, 2], [3]]}"#] {
+        for body in [
+            r#"{"input": [1, 2, 3]}"#,
+            r#"{"input": [[1, 2], [3]]}"#,
+            r#"{"input": [[1, 2], []]}"#,
+            // What LangChain sends by default: tiktoken ids, some past
+            // this model's vocabulary.
+            r#"{"input": [[9906, 1917, 100257]], "model": "text-embedding-ada-002"}"#,
+        ] {
             let e = oai(body).unwrap_err();
-            assert_eq!(e.status, 400);
+            assert_eq!(e.status, 422, "{body}");
+            assert_eq!(e.kind, "invalid_request_error");
             assert_eq!(e.code, Some("token_ids_unsupported"));
+            assert_eq!(e.param, Some("input"));
+            assert!(e.message.contains("tokenizes text itself"), "{}", e.message);
+            assert!(e.message.contains("check_embedding_ctx_length=False"));
+        }
+        // Many id lists: refused for being ids, the fix that comes first.
+        let many = format!("[{}]", vec!["[1]"; 3000].join(","));
+        let e = oai(&format!(r#"{{"input": {many}}}"#)).unwrap_err();
+        assert_eq!(e.code, Some("token_ids_unsupported"));
+    }
+
+    #[test]
+    fn token_ids_are_taken_when_accepted() {
+        let l = ids_ok();
+        let c = parse_openai(br#"{"input": [[1, 5, 2], [1, 99, 7, 2]]}"#, &l).unwrap();
+        assert_eq!(
+            c.inputs,
+            Inputs::Ids(vec![vec![1, 5, 2], vec![1, 99, 7, 2]])
+        );
+        assert_eq!(c.inputs.len(), 2);
+        // A flat list is one sequence, however long: not 3000 inputs.
+        let long = format!("[{}]", vec!["7"; 3000].join(","));
+        let c = parse_openai(format!(r#"{{"input": {long}}}"#).as_bytes(), &l).unwrap();
+        assert_eq!(c.inputs, Inputs::Ids(vec![vec![7; 3000]]));
+        let c = parse_tei(br#"{"inputs": [3, 4]}"#, &l).unwrap();
+        assert_eq!(c.inputs, Inputs::Ids(vec![vec![3, 4]]));
+        // Texts are still texts.
+        let c = parse_openai(br#"{"input": ["a", "b"]}"#, &l).unwrap();
+        assert_eq!(c.inputs, Inputs::Texts(vec!["a".into(), "b".into()]));
+    }
+
+    #[test]
+    fn an_id_outside_the_vocabulary_is_422_naming_the_first() {
+        let l = ids_ok();
+        for (body, id, item, position) in [
+            (r#"{"input": [[1, 2], [3, 100, 200]]}"#, "100", 1, 1),
+            (r#"{"input": [5, -1, 300]}"#, "-1", 0, 1),
+            (r#"{"input": [[1.5]]}"#, "1.5", 0, 0),
+            (
+                r#"{"input": [[18446744073709551616]]}"#,
+                "1.8446744073709552e+19",
+                0,
+                0,
+            ),
+        ] {
+            let e = parse_openai(body.as_bytes(), &l).unwrap_err();
+            assert_eq!(e.status, 422, "{body}");
+            assert_eq!(e.code, Some("token_id_out_of_vocabulary"), "{body}");
+            assert!(
+                e.message.contains(&format!("token id {id} "))
+                    && e.message.contains(&format!("item {item} "))
+                    && e.message.contains(&format!("position {position},"))
+                    && e.message.contains("0 to 99"),
+                "{body}: {}",
+                e.message
+            );
+            let v: Value = serde_json::from_slice(&e.body()).unwrap();
+            assert_eq!(v["error"]["param"], "input");
+        }
+        let e = parse_tei(br#"{"inputs": [[1, 100]]}"#, &l).unwrap_err();
+        assert_eq!((e.status, e.kind), (422, "Validation"));
+    }
+
+    #[test]
+    fn ids_empty_or_mixed_with_texts_are_refused() {
+        let l = ids_ok();
+        let e = parse_openai(br#"{"input": [[1, 2], []]}"#, &l).unwrap_err();
+        assert_eq!(e.code, Some("empty_input"));
+        for body in [
+            &br#"{"input": ["a", [1, 2]]}"#[..],
+            br#"{"input": ["a", 3]}"#,
+            br#"{"input": [[1, 2], "a"]}"#,
+        ] {
+            for limits in [&l, &limits()] {
+                let e = parse_openai(body, limits).unwrap_err();
+                assert_eq!(e.status, 400, "{}", String::from_utf8_lossy(body));
+                assert!(e.message.contains("token ids among texts"), "{}", e.message);
+            }
         }
     }
 
@@ -648,7 +893,7 @@ mod tests {
     fn unicode_inputs_survive() {
         let c = tei(r#"{"inputs": ["日本語", "emoji 🦀", "\u00e9\ud83e\udd80", "nul \u0000"]}"#)
             .unwrap();
-        assert_eq!(c.inputs, ["日本語", "emoji 🦀", "é🦀", "nul \0"]);
+        assert_eq!(texts(&c), ["日本語", "emoji 🦀", "é🦀", "nul \0"]);
         // A lone surrogate escape is not valid JSON text for a Rust String.
         let e = tei(r#"{"inputs": "\ud800"}"#).unwrap_err();
         assert_eq!(e.status, 400);
@@ -660,7 +905,7 @@ mod tests {
         let body = format!(r#"{{"inputs": ["{text}", "x"]}}"#);
         assert!(body.len() < 2_000_000);
         let c = tei(&body).unwrap();
-        assert_eq!(c.inputs[0].len(), text.len());
+        assert_eq!(texts(&c)[0].len(), text.len());
         let big = "a".repeat(2_000_001);
         let e = tei(&format!(r#"{{"inputs": "{big}"}}"#)).unwrap_err();
         assert_eq!(e.status, 413);
@@ -669,7 +914,7 @@ mod tests {
     #[test]
     fn openai_defaults_and_fields() {
         let c = oai(r#"{"input": "hello", "model": "text-embedding-3-small"}"#).unwrap();
-        assert_eq!(c.inputs, ["hello"]);
+        assert_eq!(texts(&c), ["hello"]);
         assert_eq!(c.model.as_deref(), Some("text-embedding-3-small"));
         assert_eq!(c.encoding, Encoding::Float);
         assert!(c.normalize);
@@ -679,7 +924,7 @@ mod tests {
         // What openai-python sends by default.
         let c = oai(r#"{"input": ["a", "b"], "model": "m", "encoding_format": "base64"}"#).unwrap();
         assert_eq!(c.encoding, Encoding::Base64);
-        assert_eq!(c.inputs, ["a", "b"]);
+        assert_eq!(texts(&c), ["a", "b"]);
         let c = oai(
             r#"{"input": "x", "model": null, "encoding_format": null, "dimensions": null, "user": null}"#,
         )

@@ -9,8 +9,8 @@ use tokenizers::{PostProcessor, Tokenizer as HfTokenizer, TruncationParams};
 
 /// One tokenized input: its token ids, `[CLS]` and `[SEP]` included.
 ///
-/// Made only by [`Tokenizer::tokenize`], so its ids are
-/// in the model's vocabulary and its length within `max_len`.
+/// Made only by [`Tokenizer::tokenize`] and [`Tokenizer::from_ids`], so
+/// its ids are in the model's vocabulary and its length within `max_len`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Encoded {
     ids: Vec<u32>,
@@ -96,6 +96,13 @@ pub struct Tokenizer {
     truncating: HfTokenizer,
     whole: HfTokenizer,
     max_len: usize,
+    /// config.json's `vocab_size`: the rows of the embedding table, so the
+    /// bound every id must be under.
+    vocab: usize,
+    /// The special ids the post-processor ends a sequence with (`[SEP]`):
+    /// [`Tokenizer::from_ids`] keeps them when it truncates, as truncating
+    /// text does.
+    suffix: Vec<u32>,
 }
 
 impl fmt::Debug for Tokenizer {
@@ -159,11 +166,77 @@ impl Tokenizer {
                     "restore tokenizer.json from the model's original folder",
                 )
             })?;
+        // What the post-processor appends: the special ids after the last
+        // ordinary one of a one-word text.
+        let suffix = whole
+            .encode_fast("a", true)
+            .map(|e| {
+                let specials = e.get_special_tokens_mask();
+                let last = specials.iter().rposition(|&m| m == 0);
+                last.map_or_else(Vec::new, |l| e.get_ids()[l + 1..].to_vec())
+            })
+            .unwrap_or_default();
         Ok(Tokenizer {
             truncating,
             whole,
             max_len,
+            vocab,
+            suffix,
         })
+    }
+
+    /// Ids in the vocabulary: every id is below this.
+    pub fn vocab(&self) -> usize {
+        self.vocab
+    }
+
+    /// Token-id sequences a client made with this model's tokenizer, taken
+    /// as they are (no special tokens added: send them as the tokenizer
+    /// gives them, `[CLS]` and `[SEP]` included). An id outside the
+    /// vocabulary fails the batch with [`TokenizeError::Failed`] (the API
+    /// layer refuses those first, naming the id). Over-long sequences
+    /// follow text's rules: without `truncate` the first fails the batch
+    /// with [`TokenizeError::TooLong`]; with it, each is cut to max_len,
+    /// keeping its closing special tokens when it ends with them, so ids of
+    /// a long text cut as the text itself would be.
+    pub fn from_ids(
+        &self,
+        seqs: &[Vec<u32>],
+        truncate: bool,
+    ) -> Result<Vec<Encoded>, TokenizeError> {
+        let mut out = Vec::with_capacity(seqs.len());
+        for (index, ids) in seqs.iter().enumerate() {
+            if let Some(bad) = ids.iter().find(|&&id| id as usize >= self.vocab) {
+                return Err(TokenizeError::Failed {
+                    index,
+                    message: format!(
+                        "token id {bad} is outside the vocabulary of {} ids",
+                        self.vocab
+                    ),
+                });
+            }
+            if ids.len() <= self.max_len {
+                out.push(Encoded { ids: ids.clone() });
+                continue;
+            }
+            if !truncate {
+                return Err(TooLong {
+                    index,
+                    tokens: ids.len(),
+                    max: self.max_len,
+                }
+                .into());
+            }
+            let keep_end = if !self.suffix.is_empty() && ids.ends_with(&self.suffix) {
+                self.suffix.len()
+            } else {
+                0
+            };
+            let mut cut = ids[..self.max_len - keep_end].to_vec();
+            cut.extend_from_slice(&ids[ids.len() - keep_end..]);
+            out.push(Encoded { ids: cut });
+        }
+        Ok(out)
     }
 
     /// The most tokens an input may have, `[CLS]` and `[SEP]` included.
