@@ -162,6 +162,20 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
         return f;
     }
 
+    if let Some(path) = cli.access_log.as_deref().filter(|p| *p != "-") {
+        // Opened (and created) here as the workers will open it, so a path
+        // that cannot be written stops the start instead of every worker.
+        if let Err(e) = crate::worker::access_log::open_append(path) {
+            f.push(Check::fail(
+                "access-log",
+                78,
+                format!("--access-log {path} cannot be opened for appending: {e}"),
+                "pass a writable file (its directory must exist), or - for standard output",
+            ));
+            return f;
+        }
+    }
+
     let Some(spec) = cli.plugin.as_deref() else {
         f.push(Check::fail(
             "plugin",

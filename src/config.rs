@@ -65,6 +65,21 @@ pub struct Cli {
     #[arg(long, env = "M0_LOG_LEVEL", default_value = "info", value_parser = parse_log_level)]
     pub log_level: u32,
 
+    /// Write a line per response to PATH (appended to, created if absent),
+    /// or to standard output with `-`. Off by default.
+    #[arg(long, env = "M0_ACCESS_LOG", value_name = "PATH|-")]
+    pub access_log: Option<String>,
+
+    /// The access log's lines: `combined` (Apache's, then the duration in
+    /// microseconds) or `json` (one object a line).
+    #[arg(
+        long,
+        env = "M0_ACCESS_LOG_FORMAT",
+        value_enum,
+        default_value = "combined"
+    )]
+    pub access_log_format: AccessLogFormat,
+
     /// Call a plugin that declares M0_CAP_BATCH one request at a time
     /// instead of handing it the requests already queued in one batch.
     #[arg(long, env = "M0_NO_BATCH", value_parser = parse_bool_flag, num_args = 0, default_missing_value = "true", default_value = "false")]
@@ -179,6 +194,22 @@ pub fn usage_message(e: &clap::Error, argv: &[String]) -> String {
             1,
         ),
         _ => text,
+    }
+}
+
+/// The access log's line format (`--access-log-format`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AccessLogFormat {
+    Combined,
+    Json,
+}
+
+impl AccessLogFormat {
+    pub fn name(self) -> &'static str {
+        match self {
+            AccessLogFormat::Combined => "combined",
+            AccessLogFormat::Json => "json",
+        }
     }
 }
 

@@ -250,6 +250,8 @@ fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
                 .map(|p| p.display().to_string())
                 .as_deref(),
         )
+        .opt_str("access_log", cli.access_log.as_deref())
+        .str("access_log_format", cli.access_log_format.name())
         .num("max_body", cli.max_body)
         .num("max_header_bytes", cli.max_header_bytes)
         .num("max_headers", cli.max_headers)

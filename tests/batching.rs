@@ -780,3 +780,49 @@ fn a_panic_in_an_sdk_plugins_batch_fails_the_rest_of_its_batch_and_the_worker_se
     assert_eq!(s.worker_pids(), worker, "{}", s.log());
     assert_eq!(s.log_count("replacing it"), 0, "{}", s.log());
 }
+
+/// The access log gives each response the size of the call that answered
+/// it, as the answer itself says.
+#[test]
+fn the_access_log_names_each_responses_batch_size() {
+    let _serial = serial();
+    let gate = Gate::new("access_log");
+    let log = scratch_dir("batching_access_log").join("access.jsonl");
+    let _ = std::fs::remove_file(&log);
+    let log_arg = log.to_str().unwrap();
+    let mut s = start(
+        &gate,
+        &[
+            "--blocking-threads",
+            "1",
+            "--access-log",
+            log_arg,
+            "--access-log-format",
+            "json",
+        ],
+    );
+    let reqs: Vec<Req> = (1..=16).map(|id| Req::new("/work", id, 3)).collect();
+    let (_, answers) = gated_run(&s, &gate, &reqs);
+    assert_served(&reqs, &answers);
+    s.signal(libc::SIGTERM);
+    assert_eq!(s.wait_exit(WAIT).and_then(|st| st.code()), Some(0));
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(lines.len(), reqs.len() + 1, "{text}");
+    for (r, a) in reqs.iter().zip(&answers) {
+        let target = format!("/work?id={}", r.id);
+        let line = lines
+            .iter()
+            .find(|l| l["target"] == target.as_str())
+            .unwrap_or_else(|| panic!("no line for {target}:\n{text}"));
+        assert_eq!(line["batch"], a.size() as u64, "{line}");
+        assert_eq!(line["status"], 200);
+    }
+    assert!(
+        lines.iter().any(|l| l["batch"].as_u64() > Some(1)),
+        "no batch of more than one:\n{text}"
+    );
+}

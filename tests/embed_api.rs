@@ -520,6 +520,12 @@ fn without_model_dir_the_default_package_is_found_in_the_venv_or_its_install_is_
     let empty = support::scratch_dir("embed_empty_venv");
     std::fs::create_dir_all(empty.join("lib/python3.11/site-packages")).unwrap();
     std::fs::create_dir_all(empty.join("bin")).unwrap();
+    // What `python -m venv` writes (the server refuses a --venv without it).
+    std::fs::write(
+        empty.join("pyvenv.cfg"),
+        "home = /usr/bin\nversion = 3.11.7\n",
+    )
+    .unwrap();
     let out = command(&[
         "--plugin",
         p.to_str().unwrap(),

@@ -231,7 +231,11 @@ pub fn serve_batch(
             jobs.len(),
         )
     };
-    outcomes.extend(exchanges.iter_mut().map(|exchange| exchange.conclude(code)));
+    let size = u16::try_from(jobs.len()).unwrap_or(u16::MAX);
+    outcomes.extend(exchanges.iter_mut().map(|exchange| Outcome {
+        batch: size,
+        ..exchange.conclude(code)
+    }));
 }
 
 /// The request's headers as views into its buffer.

@@ -73,6 +73,8 @@ pub struct Exchange<'a> {
     reason_len: Option<usize>,
     pub status: u16,
     pub bytes_sent: u64,
+    /// Of `bytes_sent`, the body's (the access log's "bytes").
+    pub body_sent: u64,
 }
 
 /// What the connection does after the exchange.
@@ -83,6 +85,11 @@ pub struct Outcome {
     /// An inline call answered `M0_DEFER`: nothing was sent; the request
     /// goes to the handler pool.
     pub deferred: bool,
+    /// Body bytes sent.
+    pub body_bytes: u64,
+    /// Requests in the `handle_batch` call that answered this one; 0 for a
+    /// call of its own.
+    pub batch: u16,
 }
 
 impl<'a> Exchange<'a> {
@@ -109,6 +116,7 @@ impl<'a> Exchange<'a> {
             reason_len: None,
             status: 0,
             bytes_sent: 0,
+            body_sent: 0,
         }
     }
 
@@ -276,6 +284,8 @@ impl<'a> Exchange<'a> {
                     keep_alive: self.keep_alive,
                     status: 0,
                     deferred: true,
+                    body_bytes: 0,
+                    batch: 0,
                 };
             }
             (State::Idle, abi::M0_DEFER) => {
@@ -304,6 +314,8 @@ impl<'a> Exchange<'a> {
             keep_alive: self.keep_alive && self.state == State::Done,
             status: self.status,
             deferred: false,
+            body_bytes: self.body_sent,
+            batch: 0,
         }
     }
 
@@ -358,6 +370,7 @@ impl<'a> Exchange<'a> {
         self.scratch.clear();
         if result.is_ok() {
             self.bytes_sent += total;
+            self.body_sent += data.len() as u64;
         }
         result
     }

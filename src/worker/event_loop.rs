@@ -32,6 +32,7 @@ use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
 
 use super::accept_share::AcceptShare;
+use super::access_log::{AccessLog, Entry};
 use super::adaptive::{self, Controller};
 use super::connection::{Conn, Phase, Ready, Step};
 use super::pool::Pool;
@@ -39,6 +40,7 @@ use crate::config::Config;
 use crate::http::head::{Limits, RequestHead};
 use crate::http::{HttpError, response};
 use crate::plugin::call::{Completion, Job, Peer};
+use crate::plugin::exchange::Outcome;
 use crate::signals::SignalPipe;
 
 mod inline;
@@ -95,6 +97,7 @@ pub struct EventLoop {
     loop_calls: Option<LoopCalls>,
     events: Option<Events>,
     completions: Vec<Completion>,
+    access_log: Option<AccessLog>,
     /// How long to keep polling without blocking after the last event, and
     /// when the last event came (see `spin_instead_of_blocking`).
     idle_spin: Duration,
@@ -169,6 +172,7 @@ impl EventLoop {
             loop_calls: None,
             events: Some(Events::with_capacity(1024)),
             completions: Vec::with_capacity(64),
+            access_log: None,
             idle_spin: Duration::from_micros(u64::from(cli.idle_spin_us)),
             last_event: Instant::now(),
             spin_gate: SpinGate::new(cli.idle_spin_max_wait),
@@ -205,6 +209,10 @@ impl EventLoop {
             .unwrap_or_else(|| Events::with_capacity(1024));
         let mut completions = std::mem::take(&mut self.completions);
         let result = self.pass_with(&mut events, &mut completions);
+        if let (Ok(Some(_)), Some(log)) = (&result, &mut self.access_log) {
+            // The loop has ended: what the log holds goes out before exit.
+            log.flush();
+        }
         self.events = Some(events);
         self.completions = completions;
         result
@@ -287,6 +295,9 @@ impl EventLoop {
         if now >= self.next_sweep {
             self.sweep_timeouts();
         }
+        if let Some(log) = &mut self.access_log {
+            log.tick(now);
+        }
         Ok(None)
     }
 
@@ -305,6 +316,10 @@ impl EventLoop {
             let left = deadline
                 .saturating_duration_since(Instant::now())
                 .min(SWEEP_EVERY);
+            timeout = Some(timeout.map_or(left, |t: Duration| t.min(left)));
+        }
+        if let Some(due) = self.access_log.as_ref().and_then(AccessLog::deadline) {
+            let left = due.saturating_duration_since(Instant::now());
             timeout = Some(timeout.map_or(left, |t: Duration| t.min(left)));
         }
         timeout
@@ -682,6 +697,7 @@ impl EventLoop {
         self.in_flight -= 1;
         let Completion { job, outcome } = done;
         let key = job.token;
+        self.log_access(&job, &outcome);
         self.recycle(job.buf, job.head);
         if self.after_response(key, outcome.keep_alive) {
             self.drive(key);
@@ -712,6 +728,63 @@ impl EventLoop {
         };
         conn.deadline = timeout.map(|t| self.now + t);
         true
+    }
+
+    pub fn set_access_log(&mut self, log: AccessLog) {
+        self.access_log = Some(log);
+    }
+
+    /// The access log's line for a response the plugin gave.
+    pub(super) fn log_access(&mut self, job: &Job, outcome: &Outcome) {
+        let Some(log) = &mut self.access_log else {
+            return;
+        };
+        let header = |name: &[u8]| {
+            job.head
+                .headers
+                .iter()
+                .find(|(n, _)| n.get(&job.buf).eq_ignore_ascii_case(name))
+                .map_or(&b""[..], |(_, v)| v.get(&job.buf))
+        };
+        let now = Instant::now();
+        log.record(
+            &Entry {
+                client: &job.peer.ip,
+                method: job.head.method.get(&job.buf),
+                target: job.head.target.get(&job.buf),
+                http_minor: job.head.http_minor,
+                status: outcome.status,
+                body_bytes: outcome.body_bytes,
+                duration: now.saturating_duration_since(job.queued_at),
+                batch: outcome.batch,
+                referer: header(b"referer"),
+                user_agent: header(b"user-agent"),
+            },
+            now,
+        );
+    }
+
+    /// The access log's line for a response the server gave itself (a
+    /// refusal: the request may not have parsed, so no method or target).
+    fn log_refusal(&mut self, key: usize, http_minor: u8, status: u16, body_bytes: usize) {
+        let (Some(log), Some(conn)) = (&mut self.access_log, self.conns.get(key)) else {
+            return;
+        };
+        log.record(
+            &Entry {
+                client: &conn.peer.ip,
+                method: b"-",
+                target: b"-",
+                http_minor,
+                status,
+                body_bytes: body_bytes as u64,
+                duration: Duration::ZERO,
+                batch: 0,
+                referer: b"",
+                user_agent: b"",
+            },
+            self.now,
+        );
     }
 
     fn recycle(&mut self, mut buf: Vec<u8>, head: RequestHead) {
@@ -760,6 +833,8 @@ impl EventLoop {
         text: &str,
         extra: &[(&[u8], &[u8])],
     ) {
+        // The body `simple` writes: the text and a newline.
+        self.log_refusal(key, http_minor, status, text.len() + 1);
         let Some(conn) = self.conns.get_mut(key) else {
             return;
         };

@@ -16,6 +16,7 @@
 //! given there).
 
 pub mod accept_share;
+pub mod access_log;
 pub mod adaptive;
 pub mod batching;
 pub mod connection;
@@ -150,6 +151,11 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
     });
     let mut event_loop = EventLoop::new(poll, listener, pool, controller, share, cfg, signals)
         .map_err(|e| (1, format!("cannot start the event loop: {e}")))?;
+    if let Some(path) = &cfg.cli.access_log {
+        let log = access_log::AccessLog::open(path, cfg.cli.access_log_format, setup.index)
+            .map_err(|e| (78, format!("cannot open --access-log {path}: {e}")))?;
+        event_loop.set_access_log(log);
+    }
     let (inline, inline_why) = sizing::inline_calls(&plugin.descriptor, cfg.cli.no_inline);
     let (loop_calls, loop_calls_why) = loop_calls::decide(
         &plugin.descriptor,

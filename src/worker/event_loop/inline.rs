@@ -63,6 +63,7 @@ impl EventLoop {
     /// An inline call answered. True when the connection is ready for its
     /// next request now; otherwise it flushes first, or closes.
     pub(super) fn answered_inline(&mut self, key: usize, job: Job, outcome: Outcome) -> bool {
+        self.log_access(&job, &outcome);
         self.recycle(job.buf, job.head);
         let Some(conn) = self.conns.get_mut(key) else {
             return false;
