@@ -70,6 +70,12 @@ pub struct Cli {
     #[arg(long, env = "M0_ACCESS_LOG", value_name = "PATH|-")]
     pub access_log: Option<String>,
 
+    /// Answer GET/HEAD PATH in the core, before any plugin: 200 while the
+    /// worker serves, 503 once it drains (for load balancers and
+    /// Kubernetes probes). Off by default.
+    #[arg(long, env = "M0_HEALTH_PATH", value_name = "PATH", value_parser = parse_health_path)]
+    pub health_path: Option<String>,
+
     /// The access log's lines: `combined` (Apache's, then the duration in
     /// microseconds) or `json` (one object a line).
     #[arg(
@@ -210,6 +216,20 @@ impl AccessLogFormat {
             AccessLogFormat::Combined => "combined",
             AccessLogFormat::Json => "json",
         }
+    }
+}
+
+fn parse_health_path(s: &str) -> Result<String, String> {
+    let ok = s.starts_with('/')
+        && s.len() <= 1024
+        && s.bytes()
+            .all(|b| b.is_ascii_graphic() && b != b'?' && b != b'#');
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "expected a path such as /healthz (from /, no query, no spaces), got {s:?}"
+        ))
     }
 }
 

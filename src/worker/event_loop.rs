@@ -43,6 +43,7 @@ use crate::plugin::call::{Completion, Job, Peer};
 use crate::plugin::exchange::Outcome;
 use crate::signals::SignalPipe;
 
+mod health;
 mod inline;
 use super::loop_calls::{LoopCaller, LoopCalls};
 use inline::{InlineCalls, SpinGate};
@@ -98,6 +99,8 @@ pub struct EventLoop {
     events: Option<Events>,
     completions: Vec<Completion>,
     access_log: Option<AccessLog>,
+    /// `--health-path`, answered by the loop itself.
+    health_path: Option<String>,
     /// How long to keep polling without blocking after the last event, and
     /// when the last event came (see `spin_instead_of_blocking`).
     idle_spin: Duration,
@@ -173,6 +176,7 @@ impl EventLoop {
             events: Some(Events::with_capacity(1024)),
             completions: Vec::with_capacity(64),
             access_log: None,
+            health_path: cfg.cli.health_path.clone(),
             idle_spin: Duration::from_micros(u64::from(cli.idle_spin_us)),
             last_event: Instant::now(),
             spin_gate: SpinGate::new(cli.idle_spin_max_wait),
@@ -395,6 +399,11 @@ impl EventLoop {
         for key in idle {
             self.close(key);
         }
+        crate::log::debug(format_args!(
+            "draining: {} connection(s) open, {} request(s) in flight",
+            self.conns.len(),
+            self.in_flight
+        ));
     }
 
     fn accept_batch(&mut self) {
@@ -627,6 +636,9 @@ impl EventLoop {
         if !self.settle_interim(key) {
             self.head_scratch_return(ready.head);
             return false;
+        }
+        if self.is_health_probe(key, &ready) {
+            return self.answer_health(key, ready);
         }
         let Some(conn) = self.conns.get_mut(key) else {
             return false;

@@ -1,0 +1,107 @@
+//! `--health-path`: the core answers a load balancer's or Kubernetes'
+//! probe itself, before any plugin: 200 while the worker serves, 503 once
+//! it drains, so the balancer stops sending before connections close.
+//!
+//! The answer is written by the loop like an inline response: what the
+//! socket does not take is flushed when it is writable, and the
+//! connection stays open for its next request unless it is draining.
+
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use super::EventLoop;
+use crate::http::response::{self, BodyLength};
+use crate::worker::access_log::Entry;
+use crate::worker::connection::Ready;
+
+impl EventLoop {
+    /// Whether `ready` asks for the health path (exact match of the path,
+    /// any query).
+    pub(super) fn is_health_probe(&self, key: usize, ready: &Ready) -> bool {
+        let (Some(path), Some(conn)) = (&self.health_path, self.conns.get(key)) else {
+            return false;
+        };
+        ready.head.path.get(&conn.rbuf) == path.as_bytes()
+    }
+
+    /// Answers the probe. True when the connection is ready for its next
+    /// request now.
+    pub(super) fn answer_health(&mut self, key: usize, ready: Ready) -> bool {
+        let draining = self.drain_deadline.is_some();
+        let Some(conn) = self.conns.get_mut(key) else {
+            self.head_scratch_return(ready.head);
+            return false;
+        };
+        let head = &ready.head;
+        let (status, text): (u16, &[u8]) = if draining {
+            (503, b"draining\n")
+        } else {
+            (200, b"ok\n")
+        };
+        let keep_alive = head.keep_alive && !draining;
+        conn.out.clear();
+        conn.out_pos = 0;
+        response::write_head(
+            &mut conn.out,
+            head.http_minor,
+            status,
+            None,
+            BodyLength::Sized(text.len() as u64),
+            keep_alive,
+            [
+                (&b"Content-Type"[..], &b"text/plain; charset=utf-8"[..]),
+                (&b"Cache-Control"[..], &b"no-store"[..]),
+            ]
+            .into_iter(),
+        );
+        if !head.is_head_method {
+            conn.out.extend_from_slice(text);
+        }
+        if let Some(log) = &mut self.access_log {
+            log.record(
+                &Entry {
+                    client: &conn.peer.ip,
+                    method: head.method.get(&conn.rbuf),
+                    target: head.target.get(&conn.rbuf),
+                    http_minor: head.http_minor,
+                    status,
+                    body_bytes: if head.is_head_method {
+                        0
+                    } else {
+                        text.len() as u64
+                    },
+                    duration: Duration::ZERO,
+                    batch: 0,
+                    referer: b"",
+                    user_agent: b"",
+                },
+                self.now,
+            );
+        }
+        conn.rbuf.drain(..ready.consumed);
+        self.head_scratch_return(ready.head);
+        let Some(conn) = self.conns.get_mut(key) else {
+            return false;
+        };
+        match crate::plugin::exchange::flush_spilled(
+            conn.stream.as_raw_fd(),
+            &conn.out,
+            &mut conn.out_pos,
+        ) {
+            Ok(true) => {
+                conn.out.clear();
+                conn.out_pos = 0;
+                self.after_response(key, keep_alive)
+            }
+            Ok(false) => {
+                let deadline = self.timeouts.idle.map(|t| self.now + t);
+                self.flush_when_writable(key, keep_alive, deadline);
+                false
+            }
+            Err(_) => {
+                self.close(key);
+                false
+            }
+        }
+    }
+}
