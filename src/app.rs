@@ -87,7 +87,20 @@ pub fn main() -> i32 {
         plugin_name: descriptor.name,
         addr: bound,
     };
-    supervisor::run(&cfg, &plan, listener)
+    let metrics = match cfg.cli.metrics {
+        Some(at) => match crate::listener::bind(at, 128) {
+            Ok(fd) => Some(fd),
+            Err(e) => {
+                eprintln!(
+                    "m0serve: --metrics {at}: {}; pass a free address and port to --metrics, or drop it",
+                    e.message
+                );
+                return 1;
+            }
+        },
+        None => None,
+    };
+    supervisor::run(&cfg, &plan, listener, metrics)
 }
 
 /// The doctor's probe child: the plugin's init with the arguments the
@@ -134,8 +147,7 @@ fn run_spawned_worker(cfg: &Config, index: u32) -> ! {
         crate::log::error(format_args!("{message}"));
         process::exit_now(78)
     };
-    let (listener_fd, ready_fd, share) =
-        supervisor::adopt_spawned_fds(cfg.cli.workers as usize).unwrap_or_else(|e| fail(e));
+    let fds = supervisor::adopt_spawned_fds(cfg.cli.workers as usize).unwrap_or_else(|e| fail(e));
     let Some(plugin_path) = std::env::var_os(process::ENV_PLUGIN_FILE) else {
         fail(format!(
             "spawned worker started without {}",
@@ -147,11 +159,12 @@ fn run_spawned_worker(cfg: &Config, index: u32) -> ! {
         WorkerSetup {
             index,
             workers: cfg.cli.workers,
-            listener_fd,
-            ready_fd: Some(ready_fd),
+            listener_fd: fds.listener,
+            ready_fd: Some(fds.ready),
             spawned: true,
             plugin_path: PathBuf::from(plugin_path),
-            share,
+            share: fds.share,
+            metrics: fds.metrics,
         },
     )
 }

@@ -70,6 +70,11 @@ pub struct Cli {
     #[arg(long, env = "M0_ACCESS_LOG", value_name = "PATH|-")]
     pub access_log: Option<String>,
 
+    /// Serve Prometheus metrics of the whole server on ADDR (host:port),
+    /// path /metrics. Off by default.
+    #[arg(long, env = "M0_METRICS", value_name = "ADDR", value_parser = parse_metrics_addr)]
+    pub metrics: Option<std::net::SocketAddr>,
+
     /// Answer GET/HEAD PATH in the core, before any plugin: 200 while the
     /// worker serves, 503 once it drains (for load balancers and
     /// Kubernetes probes). Off by default.
@@ -217,6 +222,11 @@ impl AccessLogFormat {
             AccessLogFormat::Json => "json",
         }
     }
+}
+
+fn parse_metrics_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+    s.parse()
+        .map_err(|_| format!("expected an address and port such as 127.0.0.1:9100, got {s:?}"))
 }
 
 fn parse_health_path(s: &str) -> Result<String, String> {

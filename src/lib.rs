@@ -15,9 +15,9 @@
 //! so no two modules depend on each other; `tests/layering.rs` reads this
 //! list and fails on a use that breaks it, or on a module left out of it.
 //!
-//! 1. `http`, `json`, `listener`, `log`, `process`, `shared_page`,
-//!    `signals`, `topology`: each stands on its own and uses no other
-//!    module of the crate.
+//! 1. `http`, `json`, `listener`, `log`, `metrics_page`, `process`,
+//!    `shared_page`, `signals`, `topology`: each stands on its own and uses
+//!    no other module of the crate.
 //! 2. `config`: the command line and environment, resolved once (its
 //!    request limits are `http`'s).
 //! 3. `plugin`: finding, probing and opening plugins, their init arguments,
@@ -38,6 +38,7 @@ pub mod http;
 pub mod json;
 pub mod listener;
 pub mod log;
+pub mod metrics_page;
 pub mod plugin;
 pub mod process;
 pub mod shared_page;

@@ -34,6 +34,16 @@ pub const SPAWN_RECV_FD: RawFd = 6;
 pub const SPAWN_SENDS_FD: RawFd = 7;
 /// Set for a spawned worker that was handed the page and channels.
 pub const ENV_SHARE_FDS: &str = "M0_SHARE_FDS";
+/// Set for a spawned worker that was handed the metrics page and the
+/// metrics listener, at `spawn_metrics_fds(workers)`.
+pub const ENV_METRICS_FDS: &str = "M0_METRICS_FDS";
+
+/// With `--metrics`: the metrics page and its listener, after every other
+/// descriptor a worker of `workers` may adopt.
+pub fn spawn_metrics_fds(workers: usize) -> (RawFd, RawFd) {
+    let first = SPAWN_SENDS_FD + workers as RawFd;
+    (first, first + 1)
+}
 /// Environment a spawned worker is recognised by.
 pub const ENV_WORKER_INDEX: &str = "M0_WORKER_INDEX";
 pub const ENV_WORKER_SPAWNED: &str = "M0_WORKER_SPAWNED";

@@ -20,10 +20,11 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, fork};
 
 use crate::config::Config;
+use crate::metrics_page::{Death, MetricsPage};
 use crate::process::{
-    ENV_PLUGIN_FILE, ENV_SHARE_FDS, ENV_SPAWN_EXE, ENV_WORKER_INDEX, ENV_WORKER_SPAWNED,
-    EXIT_GRACEFUL_TIMEOUT, Mode, SPAWN_LISTEN_FD, SPAWN_PAGE_FD, SPAWN_READY_FD, SPAWN_RECV_FD,
-    SPAWN_SENDS_FD,
+    ENV_METRICS_FDS, ENV_PLUGIN_FILE, ENV_SHARE_FDS, ENV_SPAWN_EXE, ENV_WORKER_INDEX,
+    ENV_WORKER_SPAWNED, EXIT_GRACEFUL_TIMEOUT, Mode, SPAWN_LISTEN_FD, SPAWN_PAGE_FD,
+    SPAWN_READY_FD, SPAWN_RECV_FD, SPAWN_SENDS_FD,
 };
 use crate::shared_page::SharedPage;
 use crate::signals::{STOP_SIGNALS, SignalPipe};
@@ -61,6 +62,9 @@ struct Supervisor<'a> {
     /// The shared page and each worker's channel (receive, send), created
     /// once so a respawned worker takes over its predecessor's channel.
     share: Option<(SharedPage, Vec<(OwnedFd, OwnedFd)>)>,
+    /// `--metrics`: the page every worker counts into, and its listener
+    /// (closed with the main one when a full stop begins).
+    metrics: Option<(MetricsPage, Option<OwnedFd>)>,
     slots: Vec<Slot>,
     /// Replaced by SIGHUP, draining; not respawned.
     retiring: Vec<Pid>,
@@ -75,7 +79,7 @@ struct Supervisor<'a> {
 }
 
 /// Run the workers until stopped; returns the process exit code.
-pub fn run(cfg: &Config, plan: &Plan, listener: OwnedFd) -> i32 {
+pub fn run(cfg: &Config, plan: &Plan, listener: OwnedFd, metrics: Option<OwnedFd>) -> i32 {
     crate::log::set_role("supervisor".into());
     let signals = match SignalPipe::install(&[
         Signal::SIGTERM,
@@ -107,6 +111,15 @@ pub fn run(cfg: &Config, plan: &Plan, listener: OwnedFd) -> i32 {
         plan.workers,
         plan.mode_reason
     ));
+    let metrics = match metrics.map(|l| MetricsPage::create(plan.workers as usize).map(|p| (p, l)))
+    {
+        Some(Err(e)) => {
+            crate::log::error(format_args!("cannot create the metrics page: {e}"));
+            return 1;
+        }
+        Some(Ok((page, listener))) => Some((page, Some(listener))),
+        None => None,
+    };
     let now = Instant::now();
     let mut sup = Supervisor {
         cfg,
@@ -116,6 +129,7 @@ pub fn run(cfg: &Config, plan: &Plan, listener: OwnedFd) -> i32 {
         ready_write,
         signals,
         share: create_share(plan.workers as usize),
+        metrics,
         slots: (0..plan.workers)
             .map(|_| Slot {
                 pid: None,
@@ -149,6 +163,9 @@ impl Supervisor<'_> {
         };
         match started {
             Ok(pid) => {
+                if let Some((page, _)) = &self.metrics {
+                    page.worker_started(index);
+                }
                 crate::log::info(format_args!("worker {index} pid={pid} started"));
                 self.slots[index] = Slot {
                     pid: Some(pid),
@@ -189,6 +206,7 @@ impl Supervisor<'_> {
                     spawned: false,
                     plugin_path: self.plan.plugin_path.clone(),
                     share: self.share_for(index),
+                    metrics: self.metrics_for(),
                 };
                 worker::run(self.cfg, setup)
             }
@@ -213,6 +231,7 @@ impl Supervisor<'_> {
                     ENV_WORKER_SPAWNED,
                     ENV_PLUGIN_FILE,
                     ENV_SHARE_FDS,
+                    ENV_METRICS_FDS,
                 ]
                 .iter()
                 .any(|n| k == *n)
@@ -257,6 +276,12 @@ impl Supervisor<'_> {
                 moves.push((high(send)?, SPAWN_SENDS_FD + j as RawFd));
             }
             envp.push(CString::new(format!("{ENV_SHARE_FDS}=1")).unwrap_or_default());
+        }
+        if let Some((page, Some(listener))) = &self.metrics {
+            let (page_at, listener_at) = crate::process::spawn_metrics_fds(self.slots.len());
+            moves.push((high(page.fd_owned())?, page_at));
+            moves.push((high(listener)?, listener_at));
+            envp.push(CString::new(format!("{ENV_METRICS_FDS}=1")).unwrap_or_default());
         }
         let raw_moves: Vec<(RawFd, RawFd)> =
             moves.iter().map(|(h, to)| (h.as_raw_fd(), *to)).collect();
@@ -394,6 +419,9 @@ impl Supervisor<'_> {
         // serves and reset them at exit. A SIGHUP reload keeps it: the new
         // workers need it.
         self.listener = None;
+        if let Some((_, listener)) = &mut self.metrics {
+            *listener = None;
+        }
         self.signal_all(Signal::SIGTERM);
     }
 
@@ -529,6 +557,14 @@ impl Supervisor<'_> {
         code: Option<i32>,
         signal: Option<Signal>,
     ) {
+        if let Some((page, _)) = &self.metrics {
+            let death = match (code, signal) {
+                (Some(0), _) => Death::Clean,
+                (Some(_), _) => Death::Exit,
+                _ => Death::Signal,
+            };
+            page.worker_ended(index, death);
+        }
         let lived = self.slots[index].started.elapsed();
         self.slots[index].pid = None;
         self.slots[index].ready = false;
@@ -648,6 +684,23 @@ fn create_share(workers: usize) -> Option<(SharedPage, Vec<(OwnedFd, OwnedFd)>)>
 }
 
 impl Supervisor<'_> {
+    /// A forked worker's own mapping of the metrics page, and the
+    /// listener it inherited.
+    fn metrics_for(&self) -> Option<worker::MetricsFds> {
+        let (page, listener) = self.metrics.as_ref()?;
+        let listener = listener.as_ref()?;
+        let page_fd = page.fd_owned().try_clone().ok()?;
+        // SAFETY: a fresh duplicate of the page's memfd, owned from here.
+        let page = unsafe {
+            MetricsPage::adopt(std::os::fd::IntoRawFd::into_raw_fd(page_fd), page.workers())
+        }
+        .ok()?;
+        Some(worker::MetricsFds {
+            page,
+            listener_fd: listener.as_raw_fd(),
+        })
+    }
+
     /// A forked worker's own copies of the page and channels.
     fn share_for(&self, index: usize) -> Option<worker::ShareFds> {
         let (page, channels) = self.share.as_ref()?;
@@ -669,14 +722,17 @@ impl Supervisor<'_> {
 
 /// In a spawned worker: take the descriptors by number, mark them
 /// close-on-exec again so the application's subprocesses inherit nothing.
-pub fn adopt_spawned_fds(
-    workers: usize,
-) -> Result<(RawFd, RawFd, Option<worker::ShareFds>), String> {
+pub fn adopt_spawned_fds(workers: usize) -> Result<SpawnedFds, String> {
     let with_share = std::env::var_os(ENV_SHARE_FDS).is_some();
+    let with_metrics = std::env::var_os(ENV_METRICS_FDS).is_some();
+    let (metrics_page_fd, metrics_listener_fd) = crate::process::spawn_metrics_fds(workers);
     let mut fds = vec![SPAWN_LISTEN_FD, SPAWN_READY_FD];
     if with_share {
         fds.extend([SPAWN_PAGE_FD, SPAWN_RECV_FD]);
         fds.extend((0..workers as RawFd).map(|j| SPAWN_SENDS_FD + j));
+    }
+    if with_metrics {
+        fds.extend([metrics_page_fd, metrics_listener_fd]);
     }
     for fd in fds {
         // SAFETY: the supervisor put these descriptors at these numbers
@@ -685,8 +741,25 @@ pub fn adopt_spawned_fds(
         fcntl(borrowed, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))
             .map_err(|e| format!("spawned worker: descriptor {fd} was not handed over ({e})"))?;
     }
+    let metrics = if with_metrics {
+        // SAFETY: the supervisor put the page's memfd at this number before
+        // exec (checked above); owned once from here.
+        let page = unsafe { MetricsPage::adopt(metrics_page_fd, workers) }
+            .map_err(|e| format!("spawned worker: {e}"))?;
+        Some(worker::MetricsFds {
+            page,
+            listener_fd: metrics_listener_fd,
+        })
+    } else {
+        None
+    };
     if !with_share {
-        return Ok((SPAWN_LISTEN_FD, SPAWN_READY_FD, None));
+        return Ok(SpawnedFds {
+            listener: SPAWN_LISTEN_FD,
+            ready: SPAWN_READY_FD,
+            share: None,
+            metrics,
+        });
     }
     // SAFETY: adopting descriptors the supervisor placed at these numbers
     // (checked above); each is owned once from here.
@@ -699,9 +772,18 @@ pub fn adopt_spawned_fds(
             .collect();
         (page, recv, sends)
     };
-    Ok((
-        SPAWN_LISTEN_FD,
-        SPAWN_READY_FD,
-        Some(worker::ShareFds { page, recv, sends }),
-    ))
+    Ok(SpawnedFds {
+        listener: SPAWN_LISTEN_FD,
+        ready: SPAWN_READY_FD,
+        share: Some(worker::ShareFds { page, recv, sends }),
+        metrics,
+    })
+}
+
+/// What a spawned worker adopts by number.
+pub struct SpawnedFds {
+    pub listener: RawFd,
+    pub ready: RawFd,
+    pub share: Option<worker::ShareFds>,
+    pub metrics: Option<worker::MetricsFds>,
 }

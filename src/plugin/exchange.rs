@@ -336,6 +336,10 @@ impl<'a> Exchange<'a> {
         self.status = status;
         let result = self.send(b"", b"");
         self.state = if result.is_ok() {
+            if !self.is_head {
+                // The text and the newline `simple` adds.
+                self.body_sent += text.len() as u64 + 1;
+            }
             State::Done
         } else {
             State::Broken

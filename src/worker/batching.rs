@@ -130,6 +130,15 @@ pub struct Sizes {
 }
 
 impl Sizes {
+    /// Calls, requests, and calls per bucket (1, 2-3, ... 64+).
+    pub fn snapshot(&self) -> (u64, u64, [u64; BUCKETS.len()]) {
+        (
+            self.calls.load(Ordering::Relaxed),
+            self.requests.load(Ordering::Relaxed),
+            std::array::from_fn(|i| self.buckets[i].load(Ordering::Relaxed)),
+        )
+    }
+
     pub fn record(&self, size: usize) {
         self.calls.fetch_add(1, Ordering::Relaxed);
         self.requests.fetch_add(size as u64, Ordering::Relaxed);

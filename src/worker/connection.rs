@@ -70,6 +70,8 @@ pub struct Conn {
     pub read_closed: bool,
     /// `100 Continue` went out for the current request.
     continue_sent: bool,
+    /// From the metrics listener: its requests are scrapes.
+    pub scraper: bool,
 }
 
 /// A request ready for the pool.
@@ -110,6 +112,7 @@ impl Conn {
             may_read: true,
             read_closed: false,
             continue_sent: false,
+            scraper: false,
         }
     }
 

@@ -35,6 +35,7 @@ use super::accept_share::AcceptShare;
 use super::access_log::{AccessLog, Entry};
 use super::adaptive::{self, Controller};
 use super::connection::{Conn, Phase, Ready, Step};
+use super::metrics::WorkerMetrics;
 use super::pool::Pool;
 use crate::config::Config;
 use crate::http::head::{Limits, RequestHead};
@@ -45,6 +46,7 @@ use crate::signals::SignalPipe;
 
 mod health;
 mod inline;
+mod scrape;
 use super::loop_calls::{LoopCaller, LoopCalls};
 use inline::{InlineCalls, SpinGate};
 
@@ -52,6 +54,7 @@ pub const LISTENER: Token = Token(usize::MAX - 1);
 pub const WAKER: Token = Token(usize::MAX - 2);
 pub const SIGNALS: Token = Token(usize::MAX - 3);
 pub const CHANNEL: Token = Token(usize::MAX - 4);
+pub const METRICS: Token = Token(usize::MAX - 5);
 
 /// Set once this worker has logged a 413 for `--max-body`.
 static MAX_BODY_LOGGED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -101,6 +104,9 @@ pub struct EventLoop {
     access_log: Option<AccessLog>,
     /// `--health-path`, answered by the loop itself.
     health_path: Option<String>,
+    /// `--metrics`: this worker's counting, and the listener scrapes come to.
+    metrics: Option<WorkerMetrics>,
+    metrics_listener: Option<TcpListener>,
     /// How long to keep polling without blocking after the last event, and
     /// when the last event came (see `spin_instead_of_blocking`).
     idle_spin: Duration,
@@ -177,6 +183,8 @@ impl EventLoop {
             completions: Vec::with_capacity(64),
             access_log: None,
             health_path: cfg.cli.health_path.clone(),
+            metrics: None,
+            metrics_listener: None,
             idle_spin: Duration::from_micros(u64::from(cli.idle_spin_us)),
             last_event: Instant::now(),
             spin_gate: SpinGate::new(cli.idle_spin_max_wait),
@@ -268,10 +276,12 @@ impl EventLoop {
         }
         let mut listener_ready = false;
         let mut channel_ready = false;
+        let mut scrapers_ready = false;
         for event in events.iter() {
             match event.token() {
                 LISTENER => listener_ready = true,
                 CHANNEL => channel_ready = true,
+                METRICS => scrapers_ready = true,
                 WAKER => {}
                 SIGNALS => {
                     if self.on_signals() {
@@ -292,6 +302,9 @@ impl EventLoop {
         if listener_ready || self.accept_owed {
             self.accept_batch();
         }
+        if scrapers_ready {
+            self.accept_scrapers();
+        }
         let now = self.now;
         if self.pool_in_flight() > 0 {
             self.controller.tick(&mut self.pool, now);
@@ -302,6 +315,7 @@ impl EventLoop {
         if let Some(log) = &mut self.access_log {
             log.tick(now);
         }
+        self.publish_metrics(now);
         Ok(None)
     }
 
@@ -320,6 +334,10 @@ impl EventLoop {
             let left = deadline
                 .saturating_duration_since(Instant::now())
                 .min(SWEEP_EVERY);
+            timeout = Some(timeout.map_or(left, |t: Duration| t.min(left)));
+        }
+        if let Some(due) = self.metrics.as_ref().map(WorkerMetrics::next_publish) {
+            let left = due.saturating_duration_since(Instant::now());
             timeout = Some(timeout.map_or(left, |t: Duration| t.min(left)));
         }
         if let Some(due) = self.access_log.as_ref().and_then(AccessLog::deadline) {
@@ -373,6 +391,7 @@ impl EventLoop {
         if let Some(mut listener) = self.listener.take() {
             let _ = self.poll.registry().deregister(&mut listener);
         }
+        self.close_metrics_listener();
         self.accept_owed = false;
         // An idle connection that has been answered before is closed: its
         // client retries on a new one, as it must for any keep-alive close.
@@ -475,7 +494,12 @@ impl EventLoop {
         self.channel_owed = true;
     }
 
-    fn admit(&mut self, mut stream: mio::net::TcpStream, addr: SocketAddr) {
+    fn admit(&mut self, stream: mio::net::TcpStream, addr: SocketAddr) {
+        self.admit_as(stream, addr, false);
+    }
+
+    /// Admit a connection; `scraper` for one from the metrics listener.
+    fn admit_as(&mut self, mut stream: mio::net::TcpStream, addr: SocketAddr, scraper: bool) {
         let _ = stream.set_nodelay(true);
         let entry = self.conns.vacant_entry();
         let key = entry.key();
@@ -494,6 +518,7 @@ impl EventLoop {
         });
         let buf = self.spare_bufs.pop().unwrap_or_default();
         let mut conn = Conn::new(stream, peer, buf);
+        conn.scraper = scraper;
         conn.deadline = self.timeouts.header.map(|t| self.now + t);
         entry.insert(conn);
         if let Some(share) = &self.share {
@@ -637,6 +662,10 @@ impl EventLoop {
             self.head_scratch_return(ready.head);
             return false;
         }
+        if self.conns.get(key).is_some_and(|c| c.scraper) {
+            return self.answer_scrape(key, ready);
+        }
+        scrape::count_received(&self.metrics, ready.consumed);
         if self.is_health_probe(key, &ready) {
             return self.answer_health(key, ready);
         }
@@ -748,9 +777,9 @@ impl EventLoop {
 
     /// The access log's line for a response the plugin gave.
     pub(super) fn log_access(&mut self, job: &Job, outcome: &Outcome) {
-        let Some(log) = &mut self.access_log else {
+        if self.access_log.is_none() && self.metrics.is_none() {
             return;
-        };
+        }
         let header = |name: &[u8]| {
             job.head
                 .headers
@@ -759,7 +788,9 @@ impl EventLoop {
                 .map_or(&b""[..], |(_, v)| v.get(&job.buf))
         };
         let now = Instant::now();
-        log.record(
+        scrape::note(
+            &mut self.access_log,
+            &self.metrics,
             &Entry {
                 client: &job.peer.ip,
                 method: job.head.method.get(&job.buf),
@@ -779,10 +810,12 @@ impl EventLoop {
     /// The access log's line for a response the server gave itself (a
     /// refusal: the request may not have parsed, so no method or target).
     fn log_refusal(&mut self, key: usize, http_minor: u8, status: u16, body_bytes: usize) {
-        let (Some(log), Some(conn)) = (&mut self.access_log, self.conns.get(key)) else {
+        let Some(conn) = self.conns.get(key) else {
             return;
         };
-        log.record(
+        scrape::note(
+            &mut self.access_log,
+            &self.metrics,
             &Entry {
                 client: &conn.peer.ip,
                 method: b"-",

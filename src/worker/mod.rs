@@ -22,6 +22,7 @@ pub mod batching;
 pub mod connection;
 pub mod event_loop;
 pub mod loop_calls;
+pub mod metrics;
 pub mod pool;
 pub mod schedstat;
 pub mod sizing;
@@ -51,6 +52,14 @@ pub struct WorkerSetup {
     pub plugin_path: PathBuf,
     /// The shared page and the accept-sharing channels.
     pub share: Option<ShareFds>,
+    /// `--metrics`: the metrics page and the metrics listener.
+    pub metrics: Option<MetricsFds>,
+}
+
+/// What a worker adopts for `--metrics`.
+pub struct MetricsFds {
+    pub page: crate::metrics_page::MetricsPage,
+    pub listener_fd: RawFd,
 }
 
 /// What a worker adopts for accept sharing.
@@ -151,6 +160,17 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
     });
     let mut event_loop = EventLoop::new(poll, listener, pool, controller, share, cfg, signals)
         .map_err(|e| (1, format!("cannot start the event loop: {e}")))?;
+    if let Some(m) = setup.metrics.take() {
+        let metrics = metrics::WorkerMetrics::new(
+            m.page,
+            setup.index as usize,
+            &plugin.descriptor.name,
+            &plugin.descriptor.version,
+        );
+        event_loop
+            .enable_metrics(metrics, m.listener_fd)
+            .map_err(|e| (1, format!("cannot serve --metrics: {e}")))?;
+    }
     if let Some(path) = &cfg.cli.access_log {
         let log = access_log::AccessLog::open(path, cfg.cli.access_log_format, setup.index)
             .map_err(|e| (78, format!("cannot open --access-log {path}: {e}")))?;

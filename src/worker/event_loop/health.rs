@@ -57,29 +57,36 @@ impl EventLoop {
         if !head.is_head_method {
             conn.out.extend_from_slice(text);
         }
-        if let Some(log) = &mut self.access_log {
-            log.record(
-                &Entry {
-                    client: &conn.peer.ip,
-                    method: head.method.get(&conn.rbuf),
-                    target: head.target.get(&conn.rbuf),
-                    http_minor: head.http_minor,
-                    status,
-                    body_bytes: if head.is_head_method {
-                        0
-                    } else {
-                        text.len() as u64
-                    },
-                    duration: Duration::ZERO,
-                    batch: 0,
-                    referer: b"",
-                    user_agent: b"",
+        super::scrape::note(
+            &mut self.access_log,
+            &self.metrics,
+            &Entry {
+                client: &conn.peer.ip,
+                method: head.method.get(&conn.rbuf),
+                target: head.target.get(&conn.rbuf),
+                http_minor: head.http_minor,
+                status,
+                body_bytes: if head.is_head_method {
+                    0
+                } else {
+                    text.len() as u64
                 },
-                self.now,
-            );
-        }
+                duration: Duration::ZERO,
+                batch: 0,
+                referer: b"",
+                user_agent: b"",
+            },
+            self.now,
+        );
         conn.rbuf.drain(..ready.consumed);
         self.head_scratch_return(ready.head);
+        self.send_own_answer(key, keep_alive)
+    }
+
+    /// Sends the answer the loop wrote into the connection's `out` itself
+    /// (the health path, a scrape): at once, or as the socket drains. True
+    /// when the connection is ready for its next request now.
+    pub(super) fn send_own_answer(&mut self, key: usize, keep_alive: bool) -> bool {
         let Some(conn) = self.conns.get_mut(key) else {
             return false;
         };

@@ -1,0 +1,319 @@
+//! The metrics page (`--metrics`): every worker's counters and gauges in a
+//! sealed memfd that the supervisor maps before the workers start
+//! (inherited across fork, adopted by descriptor after exec).
+//!
+//! Each worker writes only its own block: counters it adds to as it
+//! answers (uncontended atomics on lines no other process writes) and what
+//! it publishes every `PUBLISH_EVERY`. Whichever worker a scrape reaches
+//! reads every block and renders the whole server. When a worker dies the
+//! supervisor folds its counters into the `retired` block before its
+//! replacement starts, so no counter goes backwards.
+
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// How often a worker copies what it keeps elsewhere (pool statistics,
+/// gauges) into its block.
+pub const PUBLISH_EVERY: Duration = Duration::from_millis(100);
+
+/// Upper bounds of the request-duration buckets, in microseconds
+/// (Prometheus's default buckets from 0.5 ms to 10 s).
+pub const DURATION_BOUNDS_US: [u64; 14] = [
+    500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000,
+    2_500_000, 5_000_000, 10_000_000,
+];
+/// Upper bounds of the batch-size buckets (requests per `handle_batch`).
+pub const BATCH_BOUNDS: [u64; 6] = [1, 3, 7, 15, 31, 63];
+
+/// One worker's numbers. Counters only grow while the worker lives; gauges
+/// are its latest published values.
+#[repr(C, align(64))]
+pub struct Block {
+    /// Responses by status class: 1xx .. 5xx.
+    pub responses: [AtomicU64; 5],
+    /// Responses per duration bucket (not cumulative), the last for
+    /// everything above the largest bound.
+    pub duration: [AtomicU64; DURATION_BOUNDS_US.len() + 1],
+    pub duration_sum_us: AtomicU64,
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+    pub accepted: AtomicU64,
+    pub passed: AtomicU64,
+    pub received: AtomicU64,
+    pub queue_wait_ns: AtomicU64,
+    pub lock_wait_ns: AtomicU64,
+    pub refused_busy: AtomicU64,
+    pub inline_calls: AtomicU64,
+    pub loop_calls: AtomicU64,
+    pub handed_over: AtomicU64,
+    /// `handle_batch` calls per size bucket, the last above the largest.
+    pub batches: [AtomicU64; BATCH_BOUNDS.len() + 1],
+    pub batched_requests: AtomicU64,
+    // Gauges.
+    pub open_connections: AtomicU64,
+    pub handler_threads: AtomicU64,
+    pub queued: AtomicU64,
+    pub pid: AtomicU64,
+}
+
+impl Block {
+    /// The counters, in a fixed order (for folding and summing).
+    pub fn counters(&self) -> impl Iterator<Item = &AtomicU64> {
+        self.responses
+            .iter()
+            .chain(&self.duration)
+            .chain([
+                &self.duration_sum_us,
+                &self.bytes_in,
+                &self.bytes_out,
+                &self.accepted,
+                &self.passed,
+                &self.received,
+                &self.queue_wait_ns,
+                &self.lock_wait_ns,
+                &self.refused_busy,
+                &self.inline_calls,
+                &self.loop_calls,
+                &self.handed_over,
+            ])
+            .chain(&self.batches)
+            .chain([&self.batched_requests])
+    }
+
+    fn gauges(&self) -> [&AtomicU64; 4] {
+        [
+            &self.open_connections,
+            &self.handler_threads,
+            &self.queued,
+            &self.pid,
+        ]
+    }
+
+    /// Count a response: its status, its time and its bytes.
+    pub fn count_response(&self, status: u16, duration: Duration, bytes_out: u64) {
+        let class = usize::from(status / 100).clamp(1, 5) - 1;
+        self.responses[class].fetch_add(1, Ordering::Relaxed);
+        let us = duration.as_micros().min(u128::from(u64::MAX)) as u64;
+        let bucket = DURATION_BOUNDS_US
+            .iter()
+            .position(|&b| us <= b)
+            .unwrap_or(DURATION_BOUNDS_US.len());
+        self.duration[bucket].fetch_add(1, Ordering::Relaxed);
+        self.duration_sum_us.fetch_add(us, Ordering::Relaxed);
+        self.bytes_out.fetch_add(bytes_out, Ordering::Relaxed);
+    }
+}
+
+#[repr(C, align(64))]
+struct Header {
+    magic: AtomicU64,
+    workers: AtomicU64,
+    worker_starts: AtomicU64,
+    /// Workers that exited with a status other than 0 (78 and the
+    /// graceful-timeout code included).
+    deaths_exit: AtomicU64,
+    /// Workers killed by a signal (a crash, the OOM killer, kill -9).
+    deaths_signal: AtomicU64,
+}
+
+const MAGIC: u64 = 0x6d30_6d65_7472_0001; // "m0metr" v1
+
+/// What the supervisor records of a worker's end.
+pub enum Death {
+    /// Exited 0: a drain (SIGHUP, a stop), not counted as a death.
+    Clean,
+    Exit,
+    Signal,
+}
+
+pub struct MetricsPage {
+    fd: OwnedFd,
+    base: NonNull<u8>,
+    len: usize,
+    workers: usize,
+}
+
+// SAFETY: the mapping holds only atomics, safe to use from any thread.
+unsafe impl Send for MetricsPage {}
+// SAFETY: as above.
+unsafe impl Sync for MetricsPage {}
+
+fn page_len(workers: usize) -> usize {
+    // The header, the retired block, one block per worker.
+    let bytes = std::mem::size_of::<Header>() + (workers + 1) * std::mem::size_of::<Block>();
+    bytes.div_ceil(4096) * 4096
+}
+
+impl MetricsPage {
+    /// Create, size, seal and map a page for `workers` (the supervisor).
+    pub fn create(workers: usize) -> std::io::Result<MetricsPage> {
+        use nix::sys::memfd::{MFdFlags, memfd_create};
+        let fd = memfd_create(
+            c"m0serve-metrics",
+            MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
+        )?;
+        nix::unistd::ftruncate(&fd, page_len(workers) as i64)?;
+        // Sealed so no worker can shrink it under the others.
+        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+        // SAFETY: fcntl on a descriptor we own.
+        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let page = MetricsPage::map(fd, workers)?;
+        page.header().magic.store(MAGIC, Ordering::SeqCst);
+        page.header()
+            .workers
+            .store(workers as u64, Ordering::SeqCst);
+        Ok(page)
+    }
+
+    /// Map a page adopted by descriptor number (a spawned worker).
+    ///
+    /// # Safety
+    /// `fd` must be the page's memfd, owned by the caller from now on.
+    pub unsafe fn adopt(fd: RawFd, workers: usize) -> std::io::Result<MetricsPage> {
+        // SAFETY: per the contract, we own fd.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let page = MetricsPage::map(fd, workers)?;
+        if page.header().magic.load(Ordering::SeqCst) != MAGIC
+            || page.header().workers.load(Ordering::SeqCst) != workers as u64
+        {
+            return Err(std::io::Error::other(
+                "the metrics page is not an m0serve metrics page for this many workers",
+            ));
+        }
+        Ok(page)
+    }
+
+    fn map(fd: OwnedFd, workers: usize) -> std::io::Result<MetricsPage> {
+        use nix::sys::mman::{MapFlags, ProtFlags, mmap};
+        let len = page_len(workers);
+        let size = std::num::NonZeroUsize::new(len).expect("a page is never empty");
+        // SAFETY: a fresh shared mapping of our memfd, exactly its length.
+        let base = unsafe {
+            mmap(
+                None,
+                size,
+                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+                MapFlags::MAP_SHARED,
+                fd.as_fd(),
+                0,
+            )
+        }?;
+        Ok(MetricsPage {
+            fd,
+            base: base.cast(),
+            len,
+            workers,
+        })
+    }
+
+    pub fn fd_owned(&self) -> &OwnedFd {
+        &self.fd
+    }
+
+    pub fn workers(&self) -> usize {
+        self.workers
+    }
+
+    fn header(&self) -> &Header {
+        // SAFETY: the mapping starts with a Header and lives as long as self.
+        unsafe { &*self.base.as_ptr().cast::<Header>() }
+    }
+
+    fn block_at(&self, slot: usize) -> &Block {
+        let offset = std::mem::size_of::<Header>() + slot * std::mem::size_of::<Block>();
+        assert!(offset + std::mem::size_of::<Block>() <= self.len);
+        // SAFETY: in bounds (checked above) and aligned (a 64-byte multiple
+        // from a page-aligned base); the page is zeroed atomics.
+        unsafe { &*self.base.as_ptr().add(offset).cast::<Block>() }
+    }
+
+    /// The counters of workers that have died.
+    pub fn retired(&self) -> &Block {
+        self.block_at(0)
+    }
+
+    pub fn block(&self, index: usize) -> &Block {
+        assert!(index < self.workers, "worker index {index} out of range");
+        self.block_at(index + 1)
+    }
+
+    /// The supervisor starts a worker in slot `index`.
+    pub fn worker_started(&self, index: usize) {
+        self.header().worker_starts.fetch_add(1, Ordering::Relaxed);
+        let _ = index;
+    }
+
+    /// The supervisor reaped the worker of slot `index`: its counters go to
+    /// `retired`, and the slot starts from zero for the next one.
+    pub fn worker_ended(&self, index: usize, death: Death) {
+        match death {
+            Death::Clean => {}
+            Death::Exit => {
+                self.header().deaths_exit.fetch_add(1, Ordering::Relaxed);
+            }
+            Death::Signal => {
+                self.header().deaths_signal.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let block = self.block(index);
+        for (retired, mine) in self.retired().counters().zip(block.counters()) {
+            retired.fetch_add(mine.swap(0, Ordering::Relaxed), Ordering::Relaxed);
+        }
+        for gauge in block.gauges() {
+            gauge.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Worker starts, deaths by exit status, deaths by signal.
+    pub fn lifecycle(&self) -> (u64, u64, u64) {
+        let h = self.header();
+        (
+            h.worker_starts.load(Ordering::Relaxed),
+            h.deaths_exit.load(Ordering::Relaxed),
+            h.deaths_signal.load(Ordering::Relaxed),
+        )
+    }
+}
+
+impl Drop for MetricsPage {
+    fn drop(&mut self) {
+        // SAFETY: unmapping our own mapping of exactly this length.
+        let _ = unsafe { nix::sys::mman::munmap(self.base.cast(), self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dead_workers_counters_are_folded_and_its_slot_starts_over() {
+        let page = MetricsPage::create(2).unwrap();
+        page.block(1)
+            .count_response(200, Duration::from_millis(3), 13);
+        page.block(1)
+            .count_response(503, Duration::from_secs(20), 0);
+        page.block(1).open_connections.store(7, Ordering::Relaxed);
+        page.worker_ended(1, Death::Signal);
+        let r = page.retired();
+        assert_eq!(r.responses[1].load(Ordering::Relaxed), 1);
+        assert_eq!(r.responses[4].load(Ordering::Relaxed), 1);
+        assert_eq!(r.duration[3].load(Ordering::Relaxed), 1, "3 ms is <= 5 ms");
+        assert_eq!(
+            r.duration[DURATION_BOUNDS_US.len()].load(Ordering::Relaxed),
+            1
+        );
+        assert_eq!(r.bytes_out.load(Ordering::Relaxed), 13);
+        assert!(
+            page.block(1)
+                .counters()
+                .all(|c| c.load(Ordering::Relaxed) == 0)
+        );
+        assert_eq!(page.block(1).open_connections.load(Ordering::Relaxed), 0);
+        assert_eq!(page.lifecycle(), (0, 0, 1));
+    }
+}

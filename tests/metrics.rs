@@ -1,0 +1,292 @@
+//! `--metrics`: the whole server's Prometheus exposition, checked by
+//! `promtool` and scraped by a real Prometheus server; counters that do not
+//! go backwards when a worker dies. Prometheus comes from Debian's
+//! `prometheus` package, installed by `ensure_prometheus` when missing.
+
+mod support;
+
+use std::net::{SocketAddr, TcpListener};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::{Client, Server, plugin, scratch_dir};
+
+/// `promtool` and `prometheus` on PATH, installing Debian's package when
+/// they are not (CI runs as root on a fresh machine).
+fn ensure_prometheus() {
+    let have = || {
+        Command::new("promtool")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if have() {
+        return;
+    }
+    let install = || {
+        Command::new("apt-get")
+            .args([
+                "install",
+                "-y",
+                "-q",
+                "--no-install-recommends",
+                "prometheus",
+            ])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !install() {
+        let _ = Command::new("apt-get").args(["update", "-q"]).status();
+        assert!(
+            install(),
+            "these tests need promtool and prometheus: apt-get install prometheus (as root) failed"
+        );
+    }
+    assert!(
+        have(),
+        "promtool is still missing after installing prometheus"
+    );
+}
+
+fn free_addr() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+fn serve(metrics: SocketAddr, extra: &[&str]) -> Server {
+    let hello = plugin("hello_c");
+    let at = metrics.to_string();
+    let mut args = vec![
+        "--plugin",
+        hello.to_str().unwrap(),
+        "--workers",
+        "2",
+        "--metrics",
+        &at,
+    ];
+    args.extend_from_slice(extra);
+    Server::start(&args)
+}
+
+fn scrape(metrics: SocketAddr) -> String {
+    let r = Client::connect(metrics).get("/metrics");
+    assert_eq!(r.status, 200);
+    assert!(
+        r.header("content-type")
+            .is_some_and(|t| t.starts_with("text/plain; version=0.0.4")),
+        "{:?}",
+        r.header("content-type")
+    );
+    r.text()
+}
+
+/// The value of one series (name with its labels, exactly as written).
+fn value(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no {series} in:\n{text}"))
+        .parse()
+        .unwrap()
+}
+
+/// A scrape once `series` reads `expected`: a response reaches its client
+/// a moment before its worker counts it, and a scrape may come to another
+/// worker in between. Never more than expected on the way.
+fn settled(metrics: SocketAddr, series: &str, expected: f64) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = scrape(metrics);
+        let got = value(&text, series);
+        assert!(got <= expected, "{series} is {got}, more than {expected}");
+        if got == expected || Instant::now() > deadline {
+            assert_eq!(got, expected, "{series}");
+            return text;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn promtool_check(text: &str) {
+    use std::io::Write;
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics failed:\n{}{}\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Requests over a few keep-alive connections: `ok` to `/`, `missing` to
+/// a path hello_c answers 404. Returns the body bytes received.
+fn load(addr: SocketAddr, ok: usize, missing: usize) -> usize {
+    let mut clients: Vec<Client> = (0..4).map(|_| Client::connect(addr)).collect();
+    let mut bytes = 0;
+    for i in 0..ok {
+        let r = clients[i % 4].get("/");
+        assert_eq!(r.status, 200);
+        bytes += r.body.len();
+    }
+    for i in 0..missing {
+        let r = clients[i % 4].get("/nope");
+        assert_eq!(r.status, 404);
+        bytes += r.body.len();
+    }
+    bytes
+}
+
+fn exposition_passes_promtool_and_counts_every_response(extra: &[&str]) {
+    ensure_prometheus();
+    let metrics = free_addr();
+    let s = serve(metrics, extra);
+    let bytes = load(s.addr, 50, 7);
+    settled(metrics, "m0serve_requests_total{code=\"2xx\"}", 50.0);
+    let text = settled(metrics, "m0serve_requests_total{code=\"4xx\"}", 7.0);
+    promtool_check(&text);
+    assert_eq!(value(&text, "m0serve_request_duration_seconds_count"), 57.0);
+    assert_eq!(
+        value(
+            &text,
+            "m0serve_request_duration_seconds_bucket{le=\"+Inf\"}"
+        ),
+        57.0
+    );
+    assert_eq!(value(&text, "m0serve_sent_bytes_total"), bytes as f64);
+    assert!(
+        text.contains("plugin=\"hello_c\"") && text.contains("abi=\"1."),
+        "{text}"
+    );
+    for worker in ["0", "1"] {
+        value(
+            &text,
+            &format!("m0serve_handler_threads{{worker=\"{worker}\"}}"),
+        );
+    }
+    assert_eq!(value(&text, "m0serve_worker_starts_total"), 2.0);
+    // Another path on the metrics listener is not the plugin's either.
+    assert_eq!(Client::connect(metrics).get("/").status, 404);
+}
+
+#[test]
+fn the_exposition_passes_promtool_and_counts_every_response() {
+    exposition_passes_promtool_and_counts_every_response(&[]);
+}
+
+#[test]
+fn spawned_workers_count_into_the_same_page() {
+    exposition_passes_promtool_and_counts_every_response(&["--spawn-workers"]);
+}
+
+#[test]
+fn counters_do_not_go_backwards_when_a_worker_dies() {
+    let metrics = free_addr();
+    let s = serve(metrics, &[]);
+    let _ = load(s.addr, 40, 0);
+    settled(metrics, "m0serve_requests_total{code=\"2xx\"}", 40.0);
+    let victim = s.worker_pids()[0];
+    // SAFETY: killing a worker of a server this test started.
+    unsafe { libc::kill(victim, libc::SIGKILL) };
+    assert_eq!(
+        s.wait_for_log_count("started", 3, Duration::from_secs(20)),
+        3,
+        "{}",
+        s.log()
+    );
+    assert!(
+        s.wait_for_log_count("ready", 2, Duration::from_secs(20)) >= 1,
+        "{}",
+        s.log()
+    );
+    let text = scrape(metrics);
+    assert_eq!(value(&text, "m0serve_requests_total{code=\"2xx\"}"), 40.0);
+    assert_eq!(
+        value(&text, "m0serve_worker_deaths_total{cause=\"signal\"}"),
+        1.0
+    );
+    assert_eq!(value(&text, "m0serve_worker_starts_total"), 3.0);
+    let _ = load(s.addr, 10, 0);
+    settled(metrics, "m0serve_requests_total{code=\"2xx\"}", 50.0);
+}
+
+/// A Prometheus server started here scrapes a two-worker server under a
+/// little load: the target is up and the request counter it stored is the
+/// number of requests sent, exactly.
+#[test]
+fn a_real_prometheus_scrapes_the_server_and_counts_what_was_sent() {
+    ensure_prometheus();
+    let metrics = free_addr();
+    let s = serve(metrics, &[]);
+    let dir = scratch_dir("prometheus");
+    let _ = std::fs::remove_dir_all(dir.join("data"));
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: m0serve\n    static_configs:\n      - targets: ['{metrics}']\n"
+        ),
+    )
+    .unwrap();
+    let web = free_addr();
+    let mut prom = Command::new("prometheus")
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address={web}"))
+        .arg("--log.level=warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start prometheus");
+    let api = |path: &str| -> serde_json::Value {
+        match std::net::TcpStream::connect(web) {
+            Ok(_) => {
+                let r = Client::connect(web).get(path);
+                serde_json::from_str(&r.text()).unwrap_or(serde_json::Value::Null)
+            }
+            Err(_) => serde_json::Value::Null,
+        }
+    };
+    let until = |what: &str, f: &mut dyn FnMut() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while !f() {
+            assert!(Instant::now() < deadline, "prometheus never saw {what}");
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    };
+    until("the target up", &mut || {
+        api("/api/v1/targets")["data"]["activeTargets"][0]["health"] == "up"
+    });
+    let sent = 120;
+    let _ = load(s.addr, sent, 0);
+    let query = "/api/v1/query?query=sum(m0serve_requests_total%7Bcode%3D%222xx%22%7D)";
+    until(&format!("a count of {sent} requests"), &mut || {
+        let v = api(query);
+        let got = v["data"]["result"][0]["value"][1].as_str().unwrap_or("");
+        assert!(
+            got.parse::<usize>().map_or(true, |n| n <= sent),
+            "prometheus counted {got} of {sent} requests"
+        );
+        got == sent.to_string()
+    });
+    let _ = prom.kill();
+    let _ = prom.wait();
+    drop(s);
+}
