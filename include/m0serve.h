@@ -21,7 +21,9 @@
  *   batch costs, such as an embedding model's tokens).
  * - 1.4: M0Host.response_reason: the reason phrase of a response
  *   (a WSGI app's "299 Totally Custom"), sent as given instead of the
- *   standard phrase for its status.
+ *   standard phrase for its status. M0Host.set_ready: a plugin says
+ *   whether its worker is ready for traffic (a model still warming up),
+ *   which the server's health path (--health-path) reports.
  */
 
 #ifndef M0SERVE_H
@@ -349,6 +351,15 @@ typedef struct M0Host {
   // `M0_ERR_INVALID` / `M0_ERR_STATE`, and the standard phrase stays.
   // Present only when `size` covers it (`HOST_REASON_END`).
   int32_t (*response_reason)(struct M0Response *response, const uint8_t *reason, size_t len);
+  // 1.4: Say whether this worker is ready for traffic: `ready` 0 while
+  // the plugin cannot serve yet (a model loading in the background
+  // after init returned, a cache being rebuilt), non-zero once it can.
+  // A worker starts ready. While not ready, the server's health path
+  // (`--health-path`) answers 503, so a load balancer or Kubernetes
+  // sends it nothing; requests that do arrive still reach the plugin.
+  // Callable from any thread, at init or later; returns `M0_OK`.
+  // Present only when `size` covers it (`HOST_READY_END`).
+  int32_t (*set_ready)(uint32_t ready);
 } M0Host;
 
 // What the host tells the plugin at init.

@@ -98,3 +98,31 @@ fn a_health_path_that_is_not_a_path_is_a_usage_error() {
         assert!(err.contains("--health-path"), "{bad}: {err}");
     }
 }
+
+/// A plugin that says it is not ready (ABI 1.4 `set_ready`) makes the
+/// health path 503 until it says it is; its requests are served meanwhile.
+#[test]
+fn the_health_path_follows_what_the_plugin_says_of_its_readiness() {
+    let out = support::scratch_dir("readiness_plugin").join("libreadiness_plugin.so");
+    let src = support::repo_root().join("tests/c/readiness_plugin.c");
+    support::cc(&["-shared", src.to_str().unwrap()], &out);
+    let s = Server::start(&[
+        "--plugin",
+        out.to_str().unwrap(),
+        "--workers",
+        "1",
+        "--health-path",
+        "/healthz",
+    ]);
+    let mut c = Client::connect(s.addr);
+    let probe = |c: &mut Client| {
+        let r = c.get("/healthz");
+        (r.status, r.text())
+    };
+    assert_eq!(probe(&mut c), (503, "not ready\n".to_string()));
+    assert_eq!(c.get("/").text(), "hello\n", "served while not ready");
+    assert_eq!(c.get("/ready").text(), "ready\n");
+    assert_eq!(probe(&mut c), (200, "ok\n".to_string()));
+    assert_eq!(c.get("/unready").text(), "unready\n");
+    assert_eq!(probe(&mut c), (503, "not ready\n".to_string()));
+}

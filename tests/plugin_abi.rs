@@ -91,6 +91,7 @@ fn c_lays_out_every_boundary_struct_as_rust_does() {
             "M0Host.response_reason",
             offset_of!(abi::M0Host, response_reason),
         ),
+        ("M0Host.set_ready", offset_of!(abi::M0Host, set_ready)),
         ("M0InitArgs.arg", offset_of!(abi::M0InitArgs, arg)),
         ("M0InitArgs.server", offset_of!(abi::M0InitArgs, server)),
         (

@@ -41,7 +41,9 @@
 //!   batch costs, such as an embedding model's tokens).
 //! - 1.4: `M0Host.response_reason`: the reason phrase of a response
 //!   (a WSGI app's `"299 Totally Custom"`), sent as given instead of the
-//!   standard phrase for its status.
+//!   standard phrase for its status. `M0Host.set_ready`: a plugin says
+//!   whether its worker is ready for traffic (a model still warming up),
+//!   which the server's health path (`--health-path`) reports.
 //!
 //! This section is the only copy: `abi/tests/header.rs` puts it at the top
 //! of `include/m0serve.h`.
@@ -392,6 +394,15 @@ pub struct M0Host {
     /// Present only when `size` covers it (`HOST_REASON_END`).
     pub response_reason:
         unsafe extern "C" fn(response: *mut M0Response, reason: *const u8, len: usize) -> i32,
+    /// 1.4: Say whether this worker is ready for traffic: `ready` 0 while
+    /// the plugin cannot serve yet (a model loading in the background
+    /// after init returned, a cache being rebuilt), non-zero once it can.
+    /// A worker starts ready. While not ready, the server's health path
+    /// (`--health-path`) answers 503, so a load balancer or Kubernetes
+    /// sends it nothing; requests that do arrive still reach the plugin.
+    /// Callable from any thread, at init or later; returns `M0_OK`.
+    /// Present only when `size` covers it (`HOST_READY_END`).
+    pub set_ready: unsafe extern "C" fn(ready: u32) -> i32,
 }
 
 /// What the host tells the plugin at init.
@@ -541,6 +552,11 @@ pub const HOST_FACT_END: usize = core::mem::offset_of!(M0Host, fact)
 pub const HOST_REASON_END: usize = core::mem::offset_of!(M0Host, response_reason)
     + size_of::<unsafe extern "C" fn(*mut M0Response, *const u8, usize) -> i32>();
 
+/// The end of `M0Host::set_ready` (1.4): a plugin calls it only when
+/// `covers(host.size, HOST_READY_END)`.
+pub const HOST_READY_END: usize =
+    core::mem::offset_of!(M0Host, set_ready) + size_of::<unsafe extern "C" fn(u32) -> i32>();
+
 /// The longest reason phrase `response_reason` takes.
 pub const M0_REASON_MAX: usize = 256;
 
@@ -564,6 +580,7 @@ const _: fn(&M0Host) -> &unsafe extern "C" fn(*const u8, usize, *const u8, usize
 // Fields added after 1.0 lie past the 1.0 end, so a 1.0 reader never sees them.
 const _: () = assert!(HOST_FACT_END > MIN_HOST_SIZE as usize);
 const _: () = assert!(HOST_REASON_END > HOST_FACT_END);
+const _: () = assert!(HOST_READY_END > HOST_REASON_END);
 const _: fn(&M0Host) -> &unsafe extern "C" fn(*mut M0Response, *const u8, usize) -> i32 =
     |host| &host.response_reason;
 const _: () = assert!(PLUGIN_INFO_BATCH_BYTES_END > MIN_PLUGIN_INFO_SIZE as usize);

@@ -4,8 +4,8 @@
 use std::sync::OnceLock;
 
 use m0serve_abi::{
-    self as abi, HOST_FACT_END, HOST_REASON_END, M0Header, M0Host, M0Request, M0Response,
-    MIN_HOST_SIZE, covers,
+    self as abi, HOST_FACT_END, HOST_READY_END, HOST_REASON_END, M0Header, M0Host, M0Request,
+    M0Response, MIN_HOST_SIZE, covers,
 };
 
 use crate::Error;
@@ -29,6 +29,8 @@ pub struct Host {
     /// 1.4; `None` from an older host.
     pub(crate) response_reason:
         Option<unsafe extern "C" fn(*mut M0Response, *const u8, usize) -> i32>,
+    /// 1.4; `None` from an older host.
+    set_ready: Option<unsafe extern "C" fn(u32) -> i32>,
     abi_minor: u32,
 }
 
@@ -104,6 +106,7 @@ impl Host {
                 counter_add: (*host).counter_add,
                 fact: covers(size, HOST_FACT_END).then(|| (*host).fact),
                 response_reason: covers(size, HOST_REASON_END).then(|| (*host).response_reason),
+                set_ready: covers(size, HOST_READY_END).then(|| (*host).set_ready),
                 abi_minor: minor,
             }
         })
@@ -172,6 +175,18 @@ impl Host {
         // pointers describe strings alive for the call.
         Error::check(unsafe { fact(key.as_ptr(), key.len(), value.as_ptr(), value.len()) })
     }
+
+    /// Says whether this worker is ready for traffic (a model still
+    /// warming up after init: `false`, then `true`): the server's health
+    /// path answers 503 meanwhile. `false` from a host older than ABI 1.4,
+    /// which has no health path to tell.
+    pub fn set_ready(&self, ready: bool) -> bool {
+        let Some(set) = self.set_ready else {
+            return false;
+        };
+        // SAFETY: a host function valid for the life of the process.
+        unsafe { set(u32::from(ready)) == abi::M0_OK }
+    }
 }
 
 #[cfg(test)]
@@ -217,6 +232,9 @@ mod tests {
     unsafe extern "C" fn reason(_: *mut M0Response, _: *const u8, _: usize) -> i32 {
         abi::M0_ERR_INVALID
     }
+    unsafe extern "C" fn ready(_: u32) -> i32 {
+        abi::M0_OK
+    }
 
     fn table(size: u32, major: u32) -> M0Host {
         M0Host {
@@ -233,6 +251,7 @@ mod tests {
             counter_add: count,
             fact,
             response_reason: reason,
+            set_ready: ready,
         }
     }
 

@@ -5,7 +5,7 @@
 //! into the plugin.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use m0serve_abi as abi;
 
@@ -26,7 +26,12 @@ pub static HOST: abi::M0Host = abi::M0Host {
     counter_add: host_counter_add,
     fact: host_fact,
     response_reason: host_response_reason,
+    set_ready: host_set_ready,
 };
+
+/// Whether the plugin says this worker is ready for traffic
+/// (`M0Host::set_ready`); the health path reads it.
+pub static READY: AtomicBool = AtomicBool::new(true);
 
 /// Counters plugins report into (this worker's).
 pub static LOCK_WAIT_NS: AtomicU64 = AtomicU64::new(0);
@@ -130,6 +135,13 @@ unsafe extern "C" fn host_response_reason(
             return abi::M0_ERR_INVALID;
         };
         ex.set_reason(reason)
+    })
+}
+
+unsafe extern "C" fn host_set_ready(ready: u32) -> i32 {
+    boundary(abi::M0_ERR_INTERNAL, || {
+        READY.store(ready != 0, Ordering::Relaxed);
+        abi::M0_OK
     })
 }
 

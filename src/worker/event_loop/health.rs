@@ -35,6 +35,8 @@ impl EventLoop {
         let head = &ready.head;
         let (status, text): (u16, &[u8]) = if draining {
             (503, b"draining\n")
+        } else if !crate::plugin::host::READY.load(std::sync::atomic::Ordering::Relaxed) {
+            (503, b"not ready\n")
         } else {
             (200, b"ok\n")
         };
