@@ -15,19 +15,21 @@
 //! so no two modules depend on each other; `tests/layering.rs` reads this
 //! list and fails on a use that breaks it, or on a module left out of it.
 //!
-//! 1. `http`, `json`, `listener`, `log`, `metrics_page`, `process`,
-//!    `shared_page`, `signals`, `topology`: each stands on its own and uses
-//!    no other module of the crate.
-//! 2. `config`: the command line and environment, resolved once (its
+//! 1. `http`, `json`, `listener`, `log`, `memfd_map`, `process`,
+//!    `signals`, `topology`: each stands on its own and uses no other
+//!    module of the crate.
+//! 2. `metrics_page`, `shared_page`: pages of atomics the processes share,
+//!    each a `memfd_map`.
+//! 3. `config`: the command line and environment, resolved once (its
 //!    request limits are `http`'s).
-//! 3. `plugin`: finding, probing and opening plugins, their init arguments,
+//! 4. `plugin`: finding, probing and opening plugins, their init arguments,
 //!    the host table, the one place a plugin's `handle` is called
 //!    (`plugin::call`) and the response it writes (`plugin::exchange`).
-//! 4. `worker`: a worker process, from opening the plugin to its exit.
-//! 5. `checks`, `supervisor`: what is refused before binding, and why; the
+//! 5. `worker`: a worker process, from opening the plugin to its exit.
+//! 6. `checks`, `supervisor`: what is refused before binding, and why; the
 //!    worker processes.
-//! 6. `doctor`: the checks and the plan as `--doctor` reports them.
-//! 7. `app`: the startup order, which may use any of the above.
+//! 7. `doctor`: the checks and the plan as `--doctor` reports them.
+//! 8. `app`: the startup order, which may use any of the above.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod app;
@@ -38,6 +40,7 @@ pub mod http;
 pub mod json;
 pub mod listener;
 pub mod log;
+pub mod memfd_map;
 pub mod metrics_page;
 pub mod plugin;
 pub mod process;

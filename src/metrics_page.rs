@@ -9,10 +9,11 @@
 //! supervisor folds its counters into the `retired` block before its
 //! replacement starts, so no counter goes backwards.
 
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::ptr::NonNull;
+use std::os::fd::{OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use crate::memfd_map::MemfdMap;
 
 /// How often a worker copies what it keeps elsewhere (pool statistics,
 /// gauges) into its block.
@@ -129,16 +130,9 @@ pub enum Death {
 }
 
 pub struct MetricsPage {
-    fd: OwnedFd,
-    base: NonNull<u8>,
-    len: usize,
+    map: MemfdMap,
     workers: usize,
 }
-
-// SAFETY: the mapping holds only atomics, safe to use from any thread.
-unsafe impl Send for MetricsPage {}
-// SAFETY: as above.
-unsafe impl Sync for MetricsPage {}
 
 fn page_len(workers: usize) -> usize {
     // The header, the retired block, one block per worker.
@@ -149,19 +143,10 @@ fn page_len(workers: usize) -> usize {
 impl MetricsPage {
     /// Create, size, seal and map a page for `workers` (the supervisor).
     pub fn create(workers: usize) -> std::io::Result<MetricsPage> {
-        use nix::sys::memfd::{MFdFlags, memfd_create};
-        let fd = memfd_create(
-            c"m0serve-metrics",
-            MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
-        )?;
-        nix::unistd::ftruncate(&fd, page_len(workers) as i64)?;
-        // Sealed so no worker can shrink it under the others.
-        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
-        // SAFETY: fcntl on a descriptor we own.
-        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let page = MetricsPage::map(fd, workers)?;
+        let page = MetricsPage {
+            map: MemfdMap::create(c"m0serve-metrics", page_len(workers))?,
+            workers,
+        };
         page.header().magic.store(MAGIC, Ordering::SeqCst);
         page.header()
             .workers
@@ -169,14 +154,17 @@ impl MetricsPage {
         Ok(page)
     }
 
-    /// Map a page adopted by descriptor number (a spawned worker).
+    /// Map a page adopted by descriptor number (a spawned worker, or a
+    /// forked one's duplicate).
     ///
     /// # Safety
     /// `fd` must be the page's memfd, owned by the caller from now on.
     pub unsafe fn adopt(fd: RawFd, workers: usize) -> std::io::Result<MetricsPage> {
-        // SAFETY: per the contract, we own fd.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let page = MetricsPage::map(fd, workers)?;
+        let page = MetricsPage {
+            // SAFETY: per the contract, fd is the page's memfd, ours now.
+            map: unsafe { MemfdMap::adopt(fd, page_len(workers)) }?,
+            workers,
+        };
         if page.header().magic.load(Ordering::SeqCst) != MAGIC
             || page.header().workers.load(Ordering::SeqCst) != workers as u64
         {
@@ -187,31 +175,8 @@ impl MetricsPage {
         Ok(page)
     }
 
-    fn map(fd: OwnedFd, workers: usize) -> std::io::Result<MetricsPage> {
-        use nix::sys::mman::{MapFlags, ProtFlags, mmap};
-        let len = page_len(workers);
-        let size = std::num::NonZeroUsize::new(len).expect("a page is never empty");
-        // SAFETY: a fresh shared mapping of our memfd, exactly its length.
-        let base = unsafe {
-            mmap(
-                None,
-                size,
-                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
-                MapFlags::MAP_SHARED,
-                fd.as_fd(),
-                0,
-            )
-        }?;
-        Ok(MetricsPage {
-            fd,
-            base: base.cast(),
-            len,
-            workers,
-        })
-    }
-
     pub fn fd_owned(&self) -> &OwnedFd {
-        &self.fd
+        self.map.fd_owned()
     }
 
     pub fn workers(&self) -> usize {
@@ -219,16 +184,15 @@ impl MetricsPage {
     }
 
     fn header(&self) -> &Header {
-        // SAFETY: the mapping starts with a Header and lives as long as self.
-        unsafe { &*self.base.as_ptr().cast::<Header>() }
+        // SAFETY: the page starts with its Header, made of atomics.
+        unsafe { self.map.at::<Header>(0) }
     }
 
     fn block_at(&self, slot: usize) -> &Block {
         let offset = std::mem::size_of::<Header>() + slot * std::mem::size_of::<Block>();
-        assert!(offset + std::mem::size_of::<Block>() <= self.len);
-        // SAFETY: in bounds (checked above) and aligned (a 64-byte multiple
-        // from a page-aligned base); the page is zeroed atomics.
-        unsafe { &*self.base.as_ptr().add(offset).cast::<Block>() }
+        // SAFETY: every process lays the page out the same way: the Header,
+        // then Blocks of atomics (the retired one first).
+        unsafe { self.map.at::<Block>(offset) }
     }
 
     /// The counters of workers that have died.
@@ -276,13 +240,6 @@ impl MetricsPage {
             h.deaths_exit.load(Ordering::Relaxed),
             h.deaths_signal.load(Ordering::Relaxed),
         )
-    }
-}
-
-impl Drop for MetricsPage {
-    fn drop(&mut self) {
-        // SAFETY: unmapping our own mapping of exactly this length.
-        let _ = unsafe { nix::sys::mman::munmap(self.base.cast(), self.len) };
     }
 }
 

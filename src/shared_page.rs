@@ -5,9 +5,10 @@
 //! Each worker publishes its own line; every worker reads its siblings' to
 //! choose where a new connection goes (see `worker/accept_share.rs`).
 
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::ptr::NonNull;
+use std::os::fd::{OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::memfd_map::MemfdMap;
 
 /// A worker's line. 64 bytes: no false sharing between workers.
 #[repr(C, align(64))]
@@ -38,16 +39,9 @@ struct Header {
 }
 
 pub struct SharedPage {
-    fd: OwnedFd,
-    base: NonNull<u8>,
-    len: usize,
+    map: MemfdMap,
     workers: usize,
 }
-
-// SAFETY: the mapping holds only atomics, safe to use from any thread.
-unsafe impl Send for SharedPage {}
-// SAFETY: as above.
-unsafe impl Sync for SharedPage {}
 
 fn page_len(workers: usize) -> usize {
     let bytes = std::mem::size_of::<Header>() + workers * std::mem::size_of::<WorkerLine>();
@@ -57,20 +51,10 @@ fn page_len(workers: usize) -> usize {
 impl SharedPage {
     /// Create, size, seal and map a page for `workers` (the supervisor).
     pub fn create(workers: usize) -> std::io::Result<SharedPage> {
-        use nix::sys::memfd::{MFdFlags, memfd_create};
-        let fd = memfd_create(
-            c"m0serve-page",
-            MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
-        )?;
-        let len = page_len(workers);
-        nix::unistd::ftruncate(&fd, len as i64)?;
-        // Sealed so no worker can shrink it under the others.
-        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
-        // SAFETY: fcntl on a descriptor we own.
-        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let page = SharedPage::map(fd, workers)?;
+        let page = SharedPage {
+            map: MemfdMap::create(c"m0serve-page", page_len(workers))?,
+            workers,
+        };
         page.header().magic.store(MAGIC, Ordering::SeqCst);
         page.header()
             .workers
@@ -83,9 +67,11 @@ impl SharedPage {
     /// # Safety
     /// `fd` must be the page's memfd, owned by the caller from now on.
     pub unsafe fn adopt(fd: RawFd, workers: usize) -> std::io::Result<SharedPage> {
-        // SAFETY: per the contract, we own fd.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let page = SharedPage::map(fd, workers)?;
+        let page = SharedPage {
+            // SAFETY: per the contract, fd is the page's memfd, ours now.
+            map: unsafe { MemfdMap::adopt(fd, page_len(workers)) }?,
+            workers,
+        };
         if page.header().magic.load(Ordering::SeqCst) != MAGIC
             || page.header().workers.load(Ordering::SeqCst) != workers as u64
         {
@@ -96,31 +82,8 @@ impl SharedPage {
         Ok(page)
     }
 
-    fn map(fd: OwnedFd, workers: usize) -> std::io::Result<SharedPage> {
-        use nix::sys::mman::{MapFlags, ProtFlags, mmap};
-        let len = page_len(workers);
-        let size = std::num::NonZeroUsize::new(len).expect("a page is never empty");
-        // SAFETY: a fresh shared mapping of our memfd, exactly its length.
-        let base = unsafe {
-            mmap(
-                None,
-                size,
-                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
-                MapFlags::MAP_SHARED,
-                fd.as_fd(),
-                0,
-            )
-        }?;
-        Ok(SharedPage {
-            fd,
-            base: base.cast(),
-            len,
-            workers,
-        })
-    }
-
     pub fn fd_owned(&self) -> &OwnedFd {
-        &self.fd
+        self.map.fd_owned()
     }
 
     pub fn workers(&self) -> usize {
@@ -128,27 +91,19 @@ impl SharedPage {
     }
 
     fn header(&self) -> &Header {
-        // SAFETY: the mapping starts with a Header and lives as long as self.
-        unsafe { &*self.base.as_ptr().cast::<Header>() }
+        // SAFETY: the page starts with its Header, made of atomics.
+        unsafe { self.map.at::<Header>(0) }
     }
 
     pub fn line(&self, index: usize) -> &WorkerLine {
         assert!(index < self.workers, "worker index {index} out of range");
         let offset = std::mem::size_of::<Header>() + index * std::mem::size_of::<WorkerLine>();
-        debug_assert!(offset + std::mem::size_of::<WorkerLine>() <= self.len);
-        // SAFETY: in bounds (checked above) and aligned (64-byte stride from
-        // a page-aligned base); the page is zeroed atomics.
-        unsafe { &*self.base.as_ptr().add(offset).cast::<WorkerLine>() }
+        // SAFETY: every process lays the page out the same way: the Header,
+        // then one WorkerLine of atomics per worker.
+        unsafe { self.map.at::<WorkerLine>(offset) }
     }
 
     pub fn next_rotation(&self) -> u64 {
         self.header().rotation.fetch_add(1, Ordering::Relaxed)
-    }
-}
-
-impl Drop for SharedPage {
-    fn drop(&mut self) {
-        // SAFETY: unmapping our own mapping of exactly this length.
-        let _ = unsafe { nix::sys::mman::munmap(self.base.cast(), self.len) };
     }
 }
