@@ -10,9 +10,36 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use super::EventLoop;
+use crate::http::head::RequestHead;
 use crate::http::response::{self, BodyLength};
 use crate::worker::access_log::Entry;
-use crate::worker::connection::Ready;
+use crate::worker::connection::{Conn, Ready};
+
+/// An answer the loop gives itself, into the connection's `out`: the body
+/// only for a method other than HEAD.
+pub(super) fn write_own_answer(
+    conn: &mut Conn,
+    head: &RequestHead,
+    status: u16,
+    headers: &[(&[u8], &[u8])],
+    body: &[u8],
+    keep_alive: bool,
+) {
+    conn.out.clear();
+    conn.out_pos = 0;
+    response::write_head(
+        &mut conn.out,
+        head.http_minor,
+        status,
+        None,
+        BodyLength::Sized(body.len() as u64),
+        keep_alive,
+        headers.iter().copied(),
+    );
+    if !head.is_head_method {
+        conn.out.extend_from_slice(body);
+    }
+}
 
 impl EventLoop {
     /// Whether `ready` asks for the health path (exact match of the path,
@@ -41,24 +68,17 @@ impl EventLoop {
             (200, b"ok\n")
         };
         let keep_alive = head.keep_alive && !draining;
-        conn.out.clear();
-        conn.out_pos = 0;
-        response::write_head(
-            &mut conn.out,
-            head.http_minor,
+        write_own_answer(
+            conn,
+            head,
             status,
-            None,
-            BodyLength::Sized(text.len() as u64),
+            &[
+                (b"Content-Type", b"text/plain; charset=utf-8"),
+                (b"Cache-Control", b"no-store"),
+            ],
+            text,
             keep_alive,
-            [
-                (&b"Content-Type"[..], &b"text/plain; charset=utf-8"[..]),
-                (&b"Cache-Control"[..], &b"no-store"[..]),
-            ]
-            .into_iter(),
         );
-        if !head.is_head_method {
-            conn.out.extend_from_slice(text);
-        }
         super::scrape::note(
             &mut self.access_log,
             &self.metrics,

@@ -13,7 +13,6 @@ use mio::Interest;
 use mio::net::TcpListener;
 
 use super::{ACCEPT_BATCH, EventLoop, METRICS};
-use crate::http::response::{self, BodyLength};
 use crate::worker::access_log::{AccessLog, Entry};
 use crate::worker::connection::Ready;
 use crate::worker::metrics::{LoopCounts, WorkerMetrics};
@@ -98,24 +97,14 @@ impl EventLoop {
             }
         };
         let keep_alive = head.keep_alive && self.drain_deadline.is_none();
-        conn.out.clear();
-        conn.out_pos = 0;
-        response::write_head(
-            &mut conn.out,
-            head.http_minor,
+        super::health::write_own_answer(
+            conn,
+            head,
             status,
-            None,
-            BodyLength::Sized(body.len() as u64),
+            &[(b"Content-Type", b"text/plain; version=0.0.4; charset=utf-8")],
+            &body,
             keep_alive,
-            [(
-                &b"Content-Type"[..],
-                &b"text/plain; version=0.0.4; charset=utf-8"[..],
-            )]
-            .into_iter(),
         );
-        if !head.is_head_method {
-            conn.out.extend_from_slice(&body);
-        }
         conn.rbuf.drain(..ready.consumed);
         self.head_scratch_return(ready.head);
         self.send_own_answer(key, keep_alive)
