@@ -66,7 +66,17 @@ pub fn main() -> i32 {
         return refuse(failed);
     }
     let Some(addr) = findings.addr else { return 1 };
-    let listener = match crate::listener::bind(addr, cfg.cli.backlog) {
+    let bound = match crate::listener::inherited() {
+        Ok(Some(fd)) => {
+            crate::log::info(format_args!(
+                "socket activation: serving the listener systemd passed (descriptor 3); --host and --port do not apply"
+            ));
+            Ok(fd)
+        }
+        Ok(None) => crate::listener::bind(addr, cfg.cli.backlog),
+        Err(e) => Err(e),
+    };
+    let listener = match bound {
         Ok(fd) => fd,
         Err(e) => {
             checks::record_bind(&mut findings, Err(e));

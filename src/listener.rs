@@ -138,3 +138,76 @@ mod tests {
         );
     }
 }
+
+/// The first descriptor systemd passes (`SD_LISTEN_FDS_START`).
+const LISTEN_FDS_START: i32 = 3;
+
+/// The listening socket systemd handed over (socket activation:
+/// `LISTEN_PID` is this process and `LISTEN_FDS` counts descriptors from
+/// 3), or `None` when there is none. Adopting it instead of binding means
+/// a restart of the service refuses no connection: systemd keeps the
+/// socket, and what arrives meanwhile waits in its backlog for the next
+/// process. The variables are removed so that no worker or plugin reads
+/// them again. Call it while the process has one thread.
+pub fn inherited() -> Result<Option<OwnedFd>, BindError> {
+    let refuse = |message: String, fix: &str| BindError {
+        exit_code: 78,
+        message,
+        fix: fix.to_string(),
+    };
+    let pid = std::env::var("LISTEN_PID").ok();
+    let fds = std::env::var("LISTEN_FDS").ok();
+    let for_us = pid.as_deref().and_then(|p| p.parse::<u32>().ok()) == Some(std::process::id());
+    if !for_us {
+        return Ok(None);
+    }
+    for var in ["LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"] {
+        // SAFETY: called at startup, before any thread is started, so no
+        // other thread reads the environment meanwhile.
+        unsafe { std::env::remove_var(var) };
+    }
+    let count = fds
+        .as_deref()
+        .and_then(|n| n.parse::<i32>().ok())
+        .unwrap_or(0);
+    if count != 1 {
+        return Err(refuse(
+            format!(
+                "socket activation passed {count} descriptors (LISTEN_FDS); m0serve serves one"
+            ),
+            "give the socket unit exactly one ListenStream=",
+        ));
+    }
+    // SAFETY: F_GETFD on a raw number reads its flags and changes nothing;
+    // owning a descriptor that is not open would abort at its close.
+    if unsafe { libc::fcntl(LISTEN_FDS_START, libc::F_GETFD) } < 0 {
+        return Err(refuse(
+            "socket activation (LISTEN_FDS=1) but descriptor 3 is not open".into(),
+            "start m0serve from its socket unit, or unset LISTEN_PID and LISTEN_FDS",
+        ));
+    }
+    // SAFETY: systemd's protocol hands this process descriptor 3, open
+    // (checked above); we take ownership of it once, here.
+    let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(LISTEN_FDS_START) };
+    let listening = socket::getsockopt(&fd, sockopt::AcceptConn).unwrap_or(false);
+    let stream = socket::getsockopt(&fd, sockopt::SockType).ok() == Some(SockType::Stream);
+    let inet = local_addr(&fd).is_some();
+    if !(listening && stream && inet) {
+        return Err(refuse(
+            "socket activation passed descriptor 3, which is not a listening TCP socket".into(),
+            "use ListenStream= with an address and port in the socket unit",
+        ));
+    }
+    // Ours alone: the supervisor hands workers their own copies.
+    nix::fcntl::fcntl(
+        &fd,
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+    )
+    .map_err(|e| {
+        refuse(
+            format!("socket activation: descriptor 3: {e}"),
+            "check the socket unit",
+        )
+    })?;
+    Ok(Some(fd))
+}
