@@ -105,40 +105,6 @@ pub fn local_addr(fd: &OwnedFd) -> Option<SocketAddr> {
         .map(|v6| SocketAddr::from((v6.ip(), v6.port())))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hosts() {
-        assert_eq!(parse_host("localhost").unwrap().to_string(), "127.0.0.1");
-        assert_eq!(parse_host("[::1]").unwrap().to_string(), "::1");
-        assert!(parse_host("example.com").is_err());
-    }
-
-    #[test]
-    fn second_bind_on_a_port_is_refused_with_the_flag_named() {
-        let first = bind("127.0.0.1:0".parse().unwrap(), 16).ok().unwrap();
-        let addr = local_addr(&first).unwrap();
-        let err = bind(addr, 16).err().unwrap();
-        assert_eq!(err.exit_code, 1);
-        assert!(err.message.contains("in use"), "{err}");
-        assert!(err.fix.contains("--port"), "{err}");
-        assert!(
-            !err.message.contains("--port"),
-            "the fix is said once: {err}"
-        );
-        assert_eq!(
-            err.to_string(),
-            format!(
-                "port {} on 127.0.0.1 is in use by another process; {}",
-                addr.port(),
-                err.fix
-            )
-        );
-    }
-}
-
 /// The first descriptor systemd passes (`SD_LISTEN_FDS_START`).
 const LISTEN_FDS_START: i32 = 3;
 
@@ -210,4 +176,38 @@ pub fn inherited() -> Result<Option<OwnedFd>, BindError> {
         )
     })?;
     Ok(Some(fd))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts() {
+        assert_eq!(parse_host("localhost").unwrap().to_string(), "127.0.0.1");
+        assert_eq!(parse_host("[::1]").unwrap().to_string(), "::1");
+        assert!(parse_host("example.com").is_err());
+    }
+
+    #[test]
+    fn second_bind_on_a_port_is_refused_with_the_flag_named() {
+        let first = bind("127.0.0.1:0".parse().unwrap(), 16).ok().unwrap();
+        let addr = local_addr(&first).unwrap();
+        let err = bind(addr, 16).err().unwrap();
+        assert_eq!(err.exit_code, 1);
+        assert!(err.message.contains("in use"), "{err}");
+        assert!(err.fix.contains("--port"), "{err}");
+        assert!(
+            !err.message.contains("--port"),
+            "the fix is said once: {err}"
+        );
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "port {} on 127.0.0.1 is in use by another process; {}",
+                addr.port(),
+                err.fix
+            )
+        );
+    }
 }
