@@ -134,9 +134,13 @@ fn the_readmes_commands_work_in_the_order_written() {
         match kind {
             Kind::ThisSuite => {}
             Kind::Server => {
-                let server = Server::try_start_within(sh(&line), BUILD_AND_START).unwrap_or_else(
-                    |(log, status)| panic!("`{line}` did not start ({status:?}):\n{log}"),
-                );
+                // `exec`: the shell becomes the command, so the Ctrl-C and
+                // the exit status are the server's own (a shell that waits
+                // for it may itself die of the SIGINT).
+                let server = Server::try_start_within(sh(&format!("exec {line}")), BUILD_AND_START)
+                    .unwrap_or_else(|(log, status)| {
+                        panic!("`{line}` did not start ({status:?}):\n{log}")
+                    });
                 running = Some((server, line));
             }
             Kind::Client => {

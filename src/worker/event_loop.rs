@@ -44,6 +44,7 @@ use crate::plugin::call::{Completion, Job, Peer};
 use crate::plugin::exchange::Outcome;
 use crate::signals::SignalPipe;
 
+mod answer;
 mod health;
 mod inline;
 mod scrape;
@@ -665,7 +666,7 @@ impl EventLoop {
         if self.conns.get(key).is_some_and(|c| c.scraper) {
             return self.answer_scrape(key, ready);
         }
-        scrape::count_received(&self.metrics, ready.consumed);
+        answer::count_received(&self.metrics, ready.consumed);
         if self.is_health_probe(key, &ready) {
             return self.answer_health(key, ready);
         }
@@ -788,7 +789,7 @@ impl EventLoop {
                 .map_or(&b""[..], |(_, v)| v.get(&job.buf))
         };
         let now = Instant::now();
-        scrape::note(
+        answer::note(
             &mut self.access_log,
             &self.metrics,
             &Entry {
@@ -813,7 +814,7 @@ impl EventLoop {
         let Some(conn) = self.conns.get(key) else {
             return;
         };
-        scrape::note(
+        answer::note(
             &mut self.access_log,
             &self.metrics,
             &Entry {

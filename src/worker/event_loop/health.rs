@@ -6,40 +6,12 @@
 //! socket does not take is flushed when it is writable, and the
 //! connection stays open for its next request unless it is draining.
 
-use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use super::EventLoop;
-use crate::http::head::RequestHead;
-use crate::http::response::{self, BodyLength};
+use super::answer::write_own_answer;
 use crate::worker::access_log::Entry;
-use crate::worker::connection::{Conn, Ready};
-
-/// An answer the loop gives itself, into the connection's `out`: the body
-/// only for a method other than HEAD.
-pub(super) fn write_own_answer(
-    conn: &mut Conn,
-    head: &RequestHead,
-    status: u16,
-    headers: &[(&[u8], &[u8])],
-    body: &[u8],
-    keep_alive: bool,
-) {
-    conn.out.clear();
-    conn.out_pos = 0;
-    response::write_head(
-        &mut conn.out,
-        head.http_minor,
-        status,
-        None,
-        BodyLength::Sized(body.len() as u64),
-        keep_alive,
-        headers.iter().copied(),
-    );
-    if !head.is_head_method {
-        conn.out.extend_from_slice(body);
-    }
-}
+use crate::worker::connection::Ready;
 
 impl EventLoop {
     /// Whether `ready` asks for the health path (exact match of the path,
@@ -79,7 +51,7 @@ impl EventLoop {
             text,
             keep_alive,
         );
-        super::scrape::note(
+        super::answer::note(
             &mut self.access_log,
             &self.metrics,
             &Entry {
@@ -103,34 +75,5 @@ impl EventLoop {
         conn.rbuf.drain(..ready.consumed);
         self.head_scratch_return(ready.head);
         self.send_own_answer(key, keep_alive)
-    }
-
-    /// Sends the answer the loop wrote into the connection's `out` itself
-    /// (the health path, a scrape): at once, or as the socket drains. True
-    /// when the connection is ready for its next request now.
-    pub(super) fn send_own_answer(&mut self, key: usize, keep_alive: bool) -> bool {
-        let Some(conn) = self.conns.get_mut(key) else {
-            return false;
-        };
-        match crate::plugin::exchange::flush_spilled(
-            conn.stream.as_raw_fd(),
-            &conn.out,
-            &mut conn.out_pos,
-        ) {
-            Ok(true) => {
-                conn.out.clear();
-                conn.out_pos = 0;
-                self.after_response(key, keep_alive)
-            }
-            Ok(false) => {
-                let deadline = self.timeouts.idle.map(|t| self.now + t);
-                self.flush_when_writable(key, keep_alive, deadline);
-                false
-            }
-            Err(_) => {
-                self.close(key);
-                false
-            }
-        }
     }
 }

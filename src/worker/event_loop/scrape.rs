@@ -6,14 +6,12 @@
 
 use std::io;
 use std::os::fd::{FromRawFd, RawFd};
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use mio::Interest;
 use mio::net::TcpListener;
 
 use super::{ACCEPT_BATCH, EventLoop, METRICS};
-use crate::worker::access_log::{AccessLog, Entry};
 use crate::worker::connection::Ready;
 use crate::worker::metrics::{LoopCounts, WorkerMetrics};
 
@@ -97,7 +95,7 @@ impl EventLoop {
             }
         };
         let keep_alive = head.keep_alive && self.drain_deadline.is_none();
-        super::health::write_own_answer(
+        super::answer::write_own_answer(
             conn,
             head,
             status,
@@ -108,30 +106,5 @@ impl EventLoop {
         conn.rbuf.drain(..ready.consumed);
         self.head_scratch_return(ready.head);
         self.send_own_answer(key, keep_alive)
-    }
-}
-
-/// A response's line in the access log and its count in the metrics.
-pub(super) fn note(
-    log: &mut Option<AccessLog>,
-    metrics: &Option<WorkerMetrics>,
-    entry: &Entry<'_>,
-    now: Instant,
-) {
-    if let Some(m) = metrics {
-        m.block()
-            .count_response(entry.status, entry.duration, entry.body_bytes);
-    }
-    if let Some(log) = log {
-        log.record(entry, now);
-    }
-}
-
-/// Request bytes received, counted as each request is dispatched.
-pub(super) fn count_received(metrics: &Option<WorkerMetrics>, bytes: usize) {
-    if let Some(m) = metrics {
-        m.block()
-            .bytes_in
-            .fetch_add(bytes as u64, Ordering::Relaxed);
     }
 }

@@ -1,0 +1,96 @@
+//! What the loop answers itself (the health path, a scrape): writing the
+//! answer into the connection and sending it; and what every response
+//! leaves behind, its access-log line and its count in the metrics.
+
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use super::EventLoop;
+use crate::http::head::RequestHead;
+use crate::http::response::{self, BodyLength};
+use crate::worker::access_log::{AccessLog, Entry};
+use crate::worker::connection::Conn;
+use crate::worker::metrics::WorkerMetrics;
+
+/// An answer the loop gives itself, into the connection's `out`: the body
+/// only for a method other than HEAD.
+pub(super) fn write_own_answer(
+    conn: &mut Conn,
+    head: &RequestHead,
+    status: u16,
+    headers: &[(&[u8], &[u8])],
+    body: &[u8],
+    keep_alive: bool,
+) {
+    conn.out.clear();
+    conn.out_pos = 0;
+    response::write_head(
+        &mut conn.out,
+        head.http_minor,
+        status,
+        None,
+        BodyLength::Sized(body.len() as u64),
+        keep_alive,
+        headers.iter().copied(),
+    );
+    if !head.is_head_method {
+        conn.out.extend_from_slice(body);
+    }
+}
+
+impl EventLoop {
+    /// Sends the answer the loop wrote into the connection's `out` itself
+    /// (the health path, a scrape): at once, or as the socket drains. True
+    /// when the connection is ready for its next request now.
+    pub(super) fn send_own_answer(&mut self, key: usize, keep_alive: bool) -> bool {
+        let Some(conn) = self.conns.get_mut(key) else {
+            return false;
+        };
+        match crate::plugin::exchange::flush_spilled(
+            conn.stream.as_raw_fd(),
+            &conn.out,
+            &mut conn.out_pos,
+        ) {
+            Ok(true) => {
+                conn.out.clear();
+                conn.out_pos = 0;
+                self.after_response(key, keep_alive)
+            }
+            Ok(false) => {
+                let deadline = self.timeouts.idle.map(|t| self.now + t);
+                self.flush_when_writable(key, keep_alive, deadline);
+                false
+            }
+            Err(_) => {
+                self.close(key);
+                false
+            }
+        }
+    }
+}
+
+/// A response's line in the access log and its count in the metrics.
+pub(super) fn note(
+    log: &mut Option<AccessLog>,
+    metrics: &Option<WorkerMetrics>,
+    entry: &Entry<'_>,
+    now: Instant,
+) {
+    if let Some(m) = metrics {
+        m.block()
+            .count_response(entry.status, entry.duration, entry.body_bytes);
+    }
+    if let Some(log) = log {
+        log.record(entry, now);
+    }
+}
+
+/// Request bytes received, counted as each request is dispatched.
+pub(super) fn count_received(metrics: &Option<WorkerMetrics>, bytes: usize) {
+    if let Some(m) = metrics {
+        m.block()
+            .bytes_in
+            .fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+}
