@@ -24,6 +24,8 @@
  *   standard phrase for its status. M0Host.set_ready: a plugin says
  *   whether its worker is ready for traffic (a model still warming up),
  *   which the server's health path (--health-path) reports.
+ *   M0_REQ_HTTPS in M0Request.flags: a trusted proxy says the client
+ *   used https.
  */
 
 #ifndef M0SERVE_H
@@ -167,6 +169,11 @@ M0_EXPORT int32_t m0_plugin_init(const M0Host *host, const M0InitArgs *args,
 
 // `M0Request::flags` bit (1.1): this call is on the event-loop thread.
 #define M0_REQ_ON_LOOP 1
+
+// 1.4, in `M0Request.flags`: the client used https, as a proxy the
+// operator trusts says (`--forwarded-allow-ips`); `peer` is then the
+// client that proxy names.
+#define M0_REQ_HTTPS 2
 
 // Log levels for `M0Host::log`.
 #define M0_LOG_ERROR 1

@@ -75,6 +75,13 @@ pub struct Cli {
     #[arg(long, env = "M0_METRICS", value_name = "ADDR", value_parser = parse_metrics_addr)]
     pub metrics: Option<std::net::SocketAddr>,
 
+    /// Peers whose proxy headers are believed (X-Forwarded-For,
+    /// X-Forwarded-Proto, Forwarded): IPs separated by commas, `*` for any,
+    /// empty for none. From them the client's address and scheme replace
+    /// the connection's; from anyone else the headers change nothing.
+    #[arg(long, env = "M0_FORWARDED_ALLOW_IPS", value_name = "IPS", default_value = "127.0.0.1,::1", value_parser = crate::http::forwarded::Trusted::parse)]
+    pub forwarded_allow_ips: crate::http::forwarded::Trusted,
+
     /// Answer GET/HEAD PATH in the core, before any plugin: 200 while the
     /// worker serves, 503 once it drains (for load balancers and
     /// Kubernetes probes). Off by default.

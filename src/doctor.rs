@@ -251,6 +251,7 @@ fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
                 .as_deref(),
         )
         .opt_str("health_path", cli.health_path.as_deref())
+        .str("forwarded_allow_ips", &cli.forwarded_allow_ips.describe())
         .opt_str("metrics", cli.metrics.map(|a| a.to_string()).as_deref())
         .opt_str("access_log", cli.access_log.as_deref())
         .str("access_log_format", cli.access_log_format.name())

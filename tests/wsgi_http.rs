@@ -444,4 +444,12 @@ impl WsgiServer {
     pub fn wait_log(&self, needle: &str, within: Duration) -> bool {
         self.server.wait_for_log(needle, within)
     }
+
+    /// SIGTERM, then the exit code once it drained.
+    pub fn stop(&mut self) -> Option<i32> {
+        self.server.signal(libc::SIGTERM);
+        self.server
+            .wait_exit(Duration::from_secs(30))
+            .and_then(|s| s.code())
+    }
 }

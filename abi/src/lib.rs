@@ -44,6 +44,8 @@
 //!   standard phrase for its status. `M0Host.set_ready`: a plugin says
 //!   whether its worker is ready for traffic (a model still warming up),
 //!   which the server's health path (`--health-path`) reports.
+//!   `M0_REQ_HTTPS` in `M0Request.flags`: a trusted proxy says the client
+//!   used https.
 //!
 //! This section is the only copy: `abi/tests/header.rs` puts it at the top
 //! of `include/m0serve.h`.
@@ -145,6 +147,10 @@ pub const M0_CAP_INLINE: u32 = 4;
 
 /// `M0Request::flags` bit (1.1): this call is on the event-loop thread.
 pub const M0_REQ_ON_LOOP: u32 = 1;
+/// 1.4, in `M0Request.flags`: the client used https, as a proxy the
+/// operator trusts says (`--forwarded-allow-ips`); `peer` is then the
+/// client that proxy names.
+pub const M0_REQ_HTTPS: u32 = 2;
 
 /// Log levels for `M0Host::log`.
 pub const M0_LOG_ERROR: u32 = 1;

@@ -3,7 +3,7 @@
 
 use std::io;
 
-use m0serve_abi::{M0_REQ_ON_LOOP, M0Header, M0Request, M0SockAddr, M0Str, covers};
+use m0serve_abi::{M0_REQ_HTTPS, M0_REQ_ON_LOOP, M0Header, M0Request, M0SockAddr, M0Str, covers};
 
 use crate::{Error, Host};
 
@@ -143,6 +143,13 @@ impl<'a> Request<'a> {
     pub fn on_loop(&self) -> bool {
         let end = core::mem::offset_of!(M0Request, flags) + size_of::<u32>();
         covers(self.raw.size, end) && self.raw.flags & M0_REQ_ON_LOOP != 0
+    }
+
+    /// Whether the client used https, as a proxy the server trusts says
+    /// (`--forwarded-allow-ips`; ABI 1.4). `peer` is then that client.
+    pub fn https(&self) -> bool {
+        let end = core::mem::offset_of!(M0Request, flags) + size_of::<u32>();
+        covers(self.raw.size, end) && self.raw.flags & M0_REQ_HTTPS != 0
     }
 
     /// The body, as a reader. Reading is sequential: two readers share one

@@ -4,6 +4,7 @@
 
 pub mod chunked;
 pub mod date;
+pub mod forwarded;
 pub mod head;
 pub mod response;
 

@@ -19,9 +19,11 @@ use super::loader::Calls;
 use crate::http::Span;
 use crate::http::head::RequestHead;
 
-/// The peer of a connection, as text once per connection.
+/// The peer of a connection, as text once per connection (or the client a
+/// trusted proxy names, for one request).
 #[derive(Debug)]
 pub struct Peer {
+    pub addr: std::net::IpAddr,
     pub ip: String,
     pub port: u16,
 }
@@ -45,6 +47,8 @@ pub struct Job {
     pub body: Body,
     pub keep_alive: bool,
     pub peer: Arc<Peer>,
+    /// A trusted proxy says the client used https (`M0_REQ_HTTPS`).
+    pub https: bool,
     pub queued_at: Instant,
 }
 
@@ -294,6 +298,10 @@ fn request_for(
         worker_index: callee.worker_index,
         thread_index,
         host_data: exchange.cast::<c_void>(),
-        flags,
+        flags: if job.https {
+            flags | abi::M0_REQ_HTTPS
+        } else {
+            flags
+        },
     }
 }

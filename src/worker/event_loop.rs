@@ -38,6 +38,7 @@ use super::connection::{Conn, Phase, Ready, Step};
 use super::metrics::WorkerMetrics;
 use super::pool::Pool;
 use crate::config::Config;
+use crate::http::forwarded;
 use crate::http::head::{Limits, RequestHead};
 use crate::http::{HttpError, response};
 use crate::plugin::call::{Completion, Job, Peer};
@@ -105,6 +106,8 @@ pub struct EventLoop {
     access_log: Option<AccessLog>,
     /// `--health-path`, answered by the loop itself.
     health_path: Option<String>,
+    /// `--forwarded-allow-ips`.
+    trusted_proxies: forwarded::Trusted,
     /// `--metrics`: this worker's counting, and the listener scrapes come to.
     metrics: Option<WorkerMetrics>,
     metrics_listener: Option<TcpListener>,
@@ -184,6 +187,7 @@ impl EventLoop {
             completions: Vec::with_capacity(64),
             access_log: None,
             health_path: cfg.cli.health_path.clone(),
+            trusted_proxies: cfg.cli.forwarded_allow_ips.clone(),
             metrics: None,
             metrics_listener: None,
             idle_spin: Duration::from_micros(u64::from(cli.idle_spin_us)),
@@ -514,6 +518,7 @@ impl EventLoop {
         }
         self.accepted += 1;
         let peer = Arc::new(Peer {
+            addr: addr.ip().to_canonical(),
             ip: addr.ip().to_canonical().to_string(),
             port: addr.port(),
         });
@@ -695,9 +700,11 @@ impl EventLoop {
             body,
             keep_alive,
             peer: Arc::clone(&conn.peer),
+            https: false,
             queued_at: self.now,
         };
         conn.deadline = None;
+        let job = self.apply_proxy_headers(job);
         if let Some(inline) = &mut self.inline {
             inline.spilled.clear();
             let outcome = self
@@ -770,6 +777,29 @@ impl EventLoop {
         };
         conn.deadline = timeout.map(|t| self.now + t);
         true
+    }
+
+    /// The client and scheme a trusted proxy names (`--forwarded-allow-ips`).
+    fn apply_proxy_headers(&self, mut job: Job) -> Job {
+        if self.trusted_proxies.is_empty() || !self.trusted_proxies.trusts(job.peer.addr) {
+            return job;
+        }
+        let headers = job
+            .head
+            .headers
+            .iter()
+            .map(|(n, v)| (n.get(&job.buf), v.get(&job.buf)));
+        if let Some(said) = forwarded::resolve(&self.trusted_proxies, job.peer.addr, headers) {
+            if let Some(client) = said.client {
+                job.peer = Arc::new(Peer {
+                    addr: client,
+                    ip: client.to_string(),
+                    port: 0,
+                });
+            }
+            job.https = said.https.unwrap_or(false);
+        }
+        job
     }
 
     pub fn set_access_log(&mut self, log: AccessLog) {

@@ -291,6 +291,12 @@ pub fn build<'py>(
     env.set_item(keys.server_protocol.bind(py), proto.bind(py))?;
 
     set_peer(py, keys, &env, cache, req.peer())?;
+    if req.https() {
+        // A proxy the server trusts says the client used https (the
+        // template says http): what url_for and redirects build on.
+        env.set_item("wsgi.url_scheme", PyString::intern(py, "https"))?;
+        env.set_item("HTTPS", PyString::intern(py, "on"))?;
+    }
     if server_from_request {
         let server = req.server();
         env.set_item(keys.server_name.bind(py), latin1(py, server.ip.as_bytes())?)?;
