@@ -1,0 +1,241 @@
+//! Behind nginx (Debian's, installed by the test when missing), with the
+//! checked-in `deploy/nginx/m0serve.conf` over two instances: rolling
+//! restarts (SIGHUP each, then a stop and start of each in turn) while a
+//! client sends GETs fail none of them; a kill -9 of one instance's
+//! supervisor fails at most the request in flight there.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use support::{Server, binary, plugin, repo_root, scratch_dir};
+
+fn ensure_nginx() {
+    let have = || {
+        Command::new("nginx")
+            .arg("-v")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if have() {
+        return;
+    }
+    let install = || {
+        Command::new("apt-get")
+            .args([
+                "install",
+                "-y",
+                "-q",
+                "--no-install-recommends",
+                "nginx-light",
+            ])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !install() {
+        let _ = Command::new("apt-get").args(["update", "-q"]).status();
+        assert!(
+            install(),
+            "these tests need nginx: apt-get install nginx-light (as root) failed"
+        );
+    }
+    assert!(have(), "nginx is still missing after installing it");
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn instance(port: u16) -> Server {
+    let hello = plugin("hello_c");
+    let mut cmd = Command::new(binary());
+    cmd.args(["--plugin", hello.to_str().unwrap(), "--host", "127.0.0.1"])
+        .args(["--port", &port.to_string(), "--workers", "2"])
+        .env("M0_LOG_LEVEL", "debug")
+        .env_remove("M0_WORKERS");
+    Server::start_cmd(cmd)
+}
+
+struct Nginx {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// nginx in the foreground with the checked-in config, its three ports
+/// replaced by the ones given.
+fn nginx(a: u16, b: u16) -> Nginx {
+    ensure_nginx();
+    let dir = scratch_dir(&format!("nginx-{a}"));
+    std::fs::create_dir_all(dir.join("logs")).unwrap();
+    let listen = free_port();
+    let site = std::fs::read_to_string(repo_root().join("deploy/nginx/m0serve.conf"))
+        .unwrap()
+        .replace("127.0.0.1:8001", &format!("127.0.0.1:{a}"))
+        .replace("127.0.0.1:8002", &format!("127.0.0.1:{b}"))
+        .replace("127.0.0.1:8080", &format!("127.0.0.1:{listen}"));
+    let conf = format!(
+        "daemon off;\nworker_processes 1;\npid {dir}/nginx.pid;\nerror_log {dir}/logs/error.log warn;\n\
+         events {{ worker_connections 1024; }}\n\
+         http {{\n access_log off;\n client_body_temp_path {dir}/body;\n proxy_temp_path {dir}/proxy;\n\
+         fastcgi_temp_path {dir}/fastcgi;\n uwsgi_temp_path {dir}/uwsgi;\n scgi_temp_path {dir}/scgi;\n{site}\n}}\n",
+        dir = dir.display()
+    );
+    let path = dir.join("nginx.conf");
+    std::fs::write(&path, conf).unwrap();
+    let child = Command::new("nginx")
+        .arg("-p")
+        .arg(&dir)
+        .arg("-c")
+        .arg(&path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start nginx");
+    let addr: SocketAddr = format!("127.0.0.1:{listen}").parse().unwrap();
+    for _ in 0..200 {
+        if TcpStream::connect(addr).is_ok() {
+            return Nginx { child, addr };
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    panic!("nginx did not listen on {addr}");
+}
+
+/// GETs through nginx, one after another over a keep-alive connection
+/// (a new one after any error), until `stop`: (sent, failed).
+fn client(addr: SocketAddr, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<(usize, usize)> {
+    std::thread::spawn(move || {
+        let (mut sent, mut failed) = (0, 0);
+        let mut conn: Option<TcpStream> = None;
+        while !stop.load(Ordering::Relaxed) {
+            sent += 1;
+            let ok = (|| -> std::io::Result<bool> {
+                if conn.is_none() {
+                    let s = TcpStream::connect(addr)?;
+                    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+                    conn = Some(s);
+                }
+                let s = conn.as_mut().unwrap();
+                s.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")?;
+                let mut buf = [0u8; 4096];
+                let mut got = Vec::new();
+                while !got.ends_with(b"hello, world\n") && got.len() < 4096 {
+                    let n = s.read(&mut buf)?;
+                    if n == 0 {
+                        return Ok(false);
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                    if got.starts_with(b"HTTP/1.1 5") {
+                        return Ok(false);
+                    }
+                }
+                // nginx closes a client's keep-alive connection after
+                // `keepalive_requests` (1000), saying so: go on with a new one.
+                let head_end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or(0);
+                let head = String::from_utf8_lossy(&got[..head_end]).to_ascii_lowercase();
+                if head.contains("\r\nconnection: close") {
+                    conn = None;
+                }
+                Ok(got.starts_with(b"HTTP/1.1 200"))
+            })();
+            if !ok.as_ref().is_ok_and(|ok| *ok) {
+                if failed < 3 {
+                    eprintln!("GET {sent} failed: {ok:?}");
+                }
+                failed += 1;
+                conn = None;
+            }
+        }
+        (sent, failed)
+    })
+}
+
+fn replaced(s: &Server, n: usize) {
+    assert_eq!(
+        s.wait_for_log_count("replaced; old pid", n, Duration::from_secs(30)),
+        n,
+        "{}",
+        s.log()
+    );
+}
+
+fn stop(mut s: Server) {
+    s.signal(libc::SIGTERM);
+    let status = s.wait_exit(Duration::from_secs(30));
+    assert_eq!(status.and_then(|st| st.code()), Some(0), "{}", s.log());
+}
+
+#[test]
+fn rolling_restarts_behind_nginx_fail_no_request() {
+    let _serial = support::serial();
+    let (pa, pb) = (free_port(), free_port());
+    let (mut a, mut b) = (instance(pa), instance(pb));
+    let proxy = nginx(pa, pb);
+    let stop_flag = Arc::new(AtomicBool::new(false));
+    let load = client(proxy.addr, Arc::clone(&stop_flag));
+    std::thread::sleep(Duration::from_millis(300));
+    // SIGHUP each: workers replaced one at a time.
+    a.signal(libc::SIGHUP);
+    replaced(&a, 2);
+    b.signal(libc::SIGHUP);
+    replaced(&b, 2);
+    // A full stop and start of each in turn.
+    stop(a);
+    std::thread::sleep(Duration::from_millis(300));
+    a = instance(pa);
+    stop(b);
+    std::thread::sleep(Duration::from_millis(300));
+    b = instance(pb);
+    std::thread::sleep(Duration::from_millis(300));
+    stop_flag.store(true, Ordering::Relaxed);
+    let (sent, failed) = load.join().unwrap();
+    eprintln!("through nginx: {sent} GETs, {failed} failed");
+    assert!(sent > 100, "the client sent only {sent}");
+    assert_eq!(
+        failed,
+        0,
+        "{failed} of {sent} GETs failed\n{}\n{}",
+        a.log(),
+        b.log()
+    );
+    drop((a, b, proxy));
+}
+
+#[test]
+fn a_killed_instance_fails_at_most_the_request_in_flight() {
+    let _serial = support::serial();
+    let (pa, pb) = (free_port(), free_port());
+    let (a, b) = (instance(pa), instance(pb));
+    let proxy = nginx(pa, pb);
+    let stop_flag = Arc::new(AtomicBool::new(false));
+    let load = client(proxy.addr, Arc::clone(&stop_flag));
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: killing the supervisor of a server this test started.
+    unsafe { libc::kill(a.pid(), libc::SIGKILL) };
+    std::thread::sleep(Duration::from_millis(1500));
+    stop_flag.store(true, Ordering::Relaxed);
+    let (sent, failed) = load.join().unwrap();
+    eprintln!("through nginx, one instance killed: {sent} GETs, {failed} failed");
+    // One client, one request in flight at a time; nginx retries the GET
+    // whose upstream died before it answered.
+    assert!(failed <= 1, "{failed} of {sent} GETs failed\n{}", b.log());
+    assert!(sent > 100, "the client sent only {sent}");
+    drop((a, b, proxy));
+}
