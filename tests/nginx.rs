@@ -99,7 +99,7 @@ fn nginx(a: u16, b: u16) -> Nginx {
     );
     let path = dir.join("nginx.conf");
     std::fs::write(&path, conf).unwrap();
-    let child = Command::new("nginx")
+    let mut child = Command::new("nginx")
         .arg("-p")
         .arg(&dir)
         .arg("-c")
@@ -115,6 +115,8 @@ fn nginx(a: u16, b: u16) -> Nginx {
         }
         std::thread::sleep(Duration::from_millis(25));
     }
+    let _ = child.kill();
+    let _ = child.wait();
     panic!("nginx did not listen on {addr}");
 }
 
