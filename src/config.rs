@@ -52,9 +52,9 @@ pub struct Cli {
     pub blocking_threads: Option<u32>,
 
     /// Never call the plugin on the thread that runs the event loop: neither
-    /// inline calls (a plugin that declares M0_CAP_INLINE) nor loop calls (a
-    /// worker with one CPU calling the plugin on its loop's thread while the
-    /// pool is idle); every call then goes through the handler pool.
+    /// inline calls (a plugin that declares M0_CAP_INLINE) nor loop calls
+    /// (the loop's thread calling the plugin while the pool is idle, where
+    /// that serves more); every call then goes through the handler pool.
     #[arg(long, env = "M0_NO_INLINE", value_parser = parse_bool_flag, num_args = 0, default_missing_value = "true", default_value = "false")]
     pub no_inline: bool,
 
