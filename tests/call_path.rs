@@ -184,11 +184,15 @@ fn with_cpus_to_spare_a_gil_holding_hello_makes_loop_calls_and_a_gil_releasing_v
     let (sent, _) = load.finish_after((4 * settled_at).max(20_000));
     let hello = closing_line(s);
     let loop_calls = count_before(&hello, " loop call(s)");
-    // Of the requests after it settled, most were loop calls, even if
-    // every request before was a call in the pool.
+    // Of the requests after it settled, a good share were loop calls even
+    // if every request before was a call in the pool: not all, as a later
+    // probe of the pool takes a window, and a false hand-off (other
+    // processes kept the leader off its CPU while another thread held the
+    // GIL) a back-off of 250 ms or more; on a box busy with builds those
+    // took up to half.
     let after = sent - settled_at;
     assert!(
-        loop_calls >= settled_at + after / 2,
+        loop_calls >= settled_at + after / 3,
         "{loop_calls} loop calls of {sent} requests, {settled_at} before it settled: {hello}"
     );
     assert!(

@@ -46,8 +46,11 @@ use crate::plugin::call::Job;
 const BACKOFF_MIN: Duration = Duration::from_millis(250);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// How long requests are held for loop calls to resume while the pool
-/// finishes its calls: a watch tick, as long as a loop call may block.
-const RESUME_HOLD: Duration = Duration::from_millis(2);
+/// finishes its calls. A held request waits no longer than it would have
+/// queued behind those calls in the pool, as long as the pool makes
+/// progress; the bound is for a pool whose calls block, and is long enough
+/// for two threads to clear 64 queued WSGI hellos.
+const RESUME_HOLD: Duration = Duration::from_millis(10);
 
 /// Whether a worker makes loop calls, and whether the adaptive controller
 /// measures them against the pool (see `adaptive/mode.rs`).
