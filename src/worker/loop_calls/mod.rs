@@ -163,11 +163,11 @@ impl Default for LoopCalls {
 
 impl LoopCalls {
     /// Whether the request being dispatched may be a loop call: only while
-    /// every call in flight (`in_flight`) is one of this pass's loop calls.
-    /// The controller's suspension and the back-off after a hand-off both
-    /// send calls to the pool; the back-off is checked first, so a view
-    /// that blocks keeps its calls in the pool whatever the controller
-    /// measured.
+    /// every call in flight (`in_flight`) is one of this pass's loop calls,
+    /// or while loop calls resume (`resuming`). The controller's suspension
+    /// and the back-off after a hand-off each send calls to the pool, and
+    /// the controller never cuts a back-off short (`set_suspended`), so a
+    /// view that blocks keeps its calls in the pool whatever it measured.
     pub fn may_call(&mut self, in_flight: usize, now: Instant) -> bool {
         if self.suspended {
             return false;
