@@ -104,6 +104,9 @@ class Server:
     version_cmd: list[str] | None = None
     prepare: object = None
     start_timeout: float = 15.0
+    # wrk without taskset too, whatever the Load says: with cpus=None, how a
+    # user runs a server and its client on one machine.
+    unpinned_load: bool = False
 
 
 @dataclasses.dataclass
@@ -810,6 +813,8 @@ def throughput(mod, opts) -> Report:
                     heads[s.name] = len(head) + 4 + len(body)
                     pinned[s.name] = _affinity(run.pid)
                 for ld in loads:
+                    if s.unpinned_load:
+                        ld = dataclasses.replace(ld, cpus=None)
                     wrk(run.port, ld, warm)                        # warm-up, discarded
                     r = measure(run, ld, dur)
                     for _ in range(NOISY_RETRIES):
@@ -873,7 +878,9 @@ def throughput(mod, opts) -> Report:
     setup = [
         f"{rounds} round(s) × {dur:g} s per load after a {warm:g} s warm-up; servers alternated "
         f"(A,B then B,A); medians over rounds. wrk `-t{loads[0].threads}` pinned to CPU "
-        f"{loads[0].cpus}, keep-alive.",
+        f"{loads[0].cpus}, keep-alive"
+        + ("; unpinned (no taskset) against " + ", ".join(s.name for s in servers if s.unpinned_load)
+           if any(s.unpinned_load for s in servers) else "") + ".",
         "Pinning: " + "; ".join(f"{n} {c}" for n, c in pinned.items()) + ". Threads in the "
         "server's process tree: " + ", ".join(
             f"{s.name} {results[(s.name, loads[0].conns)][0]['threads']}" for s in servers) + ".",

@@ -39,8 +39,9 @@ pub struct Cli {
     #[arg(long, env = "M0_PORT", default_value_t = 8000)]
     pub port: u16,
 
-    /// Worker processes.
-    #[arg(long, env = "M0_WORKERS", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=512))]
+    /// Worker processes (1 to 512), or `auto`: one per usable CPU (what a
+    /// Python app that holds the GIL needs to use every CPU).
+    #[arg(long, env = "M0_WORKERS", default_value = "1", value_parser = parse_workers)]
     pub workers: u32,
 
     /// Start each worker by fork+exec of this binary instead of fork alone.
@@ -53,9 +54,9 @@ pub struct Cli {
     pub blocking_threads: Option<u32>,
 
     /// Never call the plugin on the thread that runs the event loop: neither
-    /// inline calls (a plugin that declares M0_CAP_INLINE) nor loop calls (a
-    /// worker with one CPU calling the plugin on its loop's thread while the
-    /// pool is idle); every call then goes through the handler pool.
+    /// inline calls (a plugin that declares M0_CAP_INLINE) nor loop calls
+    /// (the loop's thread calling the plugin while the pool is idle, where
+    /// that serves more); every call then goes through the handler pool.
     #[arg(long, env = "M0_NO_INLINE", value_parser = parse_bool_flag, num_args = 0, default_missing_value = "true", default_value = "false")]
     pub no_inline: bool,
 
@@ -261,6 +262,18 @@ fn parse_log_level(s: &str) -> Result<u32, String> {
     }
 }
 
+/// `--workers`: a count, or `auto` for one worker per usable CPU (the
+/// affinity mask and a cgroup quota counted, as `--doctor` shows them).
+fn parse_workers(s: &str) -> Result<u32, String> {
+    if s.trim().eq_ignore_ascii_case("auto") {
+        return Ok(crate::topology::usable_cpus().clamp(1, 512) as u32);
+    }
+    match s.trim().parse::<u32>() {
+        Ok(n) if (1..=512).contains(&n) => Ok(n),
+        _ => Err(format!("expected 1 to 512 or auto, got {s:?}")),
+    }
+}
+
 fn parse_bool_flag(s: &str) -> Result<bool, String> {
     match s.to_ascii_lowercase().as_str() {
         "1" | "true" | "yes" | "on" => Ok(true),
@@ -357,6 +370,10 @@ mod tests {
         assert_eq!(cli.port, 9001);
         assert!(Cli::try_parse_from(["m0serve", "--port", "80eighty"]).is_err());
         assert!(Cli::try_parse_from(["m0serve", "--workers", "0"]).is_err());
+        assert!(Cli::try_parse_from(["m0serve", "--workers", "513"]).is_err());
+        assert!(Cli::try_parse_from(["m0serve", "--workers", "some"]).is_err());
+        let auto = Cli::try_parse_from(["m0serve", "--workers", "auto"]).unwrap();
+        assert_eq!(auto.workers as usize, crate::topology::usable_cpus());
     }
 
     #[test]

@@ -155,7 +155,12 @@ fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
         None => j.null("cgroup_quota_cpus"),
     };
     j.num("usable_cpus", f.usable_cpus)
-        .num("workers", cli.workers);
+        .num("workers", cli.workers)
+        .num("workers_wanted", f.usable_cpus)
+        .str(
+            "workers_wanted_reason",
+            &workers_wanted(f.usable_cpus, cli.workers),
+        );
     match &f.mode {
         Some((mode, why)) => j
             .str(
@@ -200,14 +205,21 @@ fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
             let (on, why) = crate::worker::sizing::inline_calls(d, cli.no_inline);
             j.bool("inline_calls", on).str("inline_reason", why);
             let batching = f.batching.as_ref().is_some_and(|b| b.limits.is_some());
-            let (on, why) = crate::worker::loop_calls::decide(
+            let adaptive = f
+                .pool
+                .as_ref()
+                .map_or(cli.blocking_threads.is_none(), |p| p.adaptive);
+            let decision = crate::worker::loop_calls::decide(
                 d,
                 cli.no_inline,
                 f.usable_cpus,
                 cli.workers,
                 batching,
+                adaptive,
             );
-            j.bool("loop_calls", on).str("loop_calls_reason", &why);
+            j.bool("loop_calls", decision.on)
+                .bool("loop_calls_measured", decision.measured)
+                .str("loop_calls_reason", &decision.why);
         }
         None => {
             j.null("inline_calls");
@@ -289,4 +301,20 @@ fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
     }
     j.end_array().end_object();
     j.finish()
+}
+
+/// What a box of this size wants: one worker per usable CPU. A worker's
+/// loop calls and its pool both serve from one process, and an app that
+/// holds a process-wide lock (the GIL) runs on one CPU at a time in it.
+fn workers_wanted(usable: usize, workers: u32) -> String {
+    let have = match (workers as usize).cmp(&usable) {
+        std::cmp::Ordering::Less => {
+            "fewer: the CPUs past them serve only a worker's handler threads"
+        }
+        std::cmp::Ordering::Equal => "as configured",
+        std::cmp::Ordering::Greater => "more: workers then share CPUs",
+    };
+    format!(
+        "one worker per usable CPU ({usable}; --workers auto): an app that holds a process-wide lock (the GIL) uses one CPU per worker; {workers} configured, {have}"
+    )
 }

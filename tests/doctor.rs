@@ -361,15 +361,35 @@ fn doctor_reports_python_for_the_wsgi_plugin() {
     assert_eq!(facts["python.app"], "conformance:application", "{j:#}");
     assert_eq!(facts["python.fork_unsafe_modules"], "", "{j:#}");
     assert_eq!(j["plugin"]["process_lock"], "held");
-    // Loop calls where each worker has at most one CPU of its own.
+    // Loop calls on every topology; measured against the pool where a
+    // worker has CPUs to spare.
     let usable = j["topology"]["usable_cpus"].as_u64().unwrap();
     let workers = j["topology"]["workers"].as_u64().unwrap();
-    assert_eq!(j["topology"]["loop_calls"], usable <= workers, "{j:#}");
+    assert_eq!(j["topology"]["loop_calls"], true, "{j:#}");
+    assert_eq!(
+        j["topology"]["loop_calls_measured"],
+        usable > workers,
+        "{j:#}"
+    );
+    assert_eq!(j["topology"]["workers_wanted"], usable, "{j:#}");
+    if usable > workers {
+        // A pool fixed by hand has no controller to measure them with.
+        let mut fixed = args.clone();
+        fixed.extend(strings(&["--blocking-threads", "2"]));
+        let (_, j) = doctor(&fixed);
+        assert_eq!(j["topology"]["loop_calls"], false, "{j:#}");
+    }
     let mut one_each = args.clone();
     one_each.extend(strings(&["--workers", &usable.to_string()]));
     let (code, j) = doctor(&one_each);
     assert_eq!(code, 0, "{j:#}");
     assert_eq!(j["topology"]["loop_calls"], true, "{j:#}");
+    assert_eq!(j["topology"]["loop_calls_measured"], false, "{j:#}");
+    let mut auto = args.clone();
+    auto.extend(strings(&["--workers", "auto"]));
+    let (code, j) = doctor(&auto);
+    assert_eq!(code, 0, "{j:#}");
+    assert_eq!(j["topology"]["workers"], usable, "{j:#}");
     one_each.push("--no-inline".into());
     let (_, j) = doctor(&one_each);
     assert_eq!(j["topology"]["loop_calls"], false);

@@ -28,10 +28,16 @@
 //!
 //! Threads added are retired one at a time once, for `IDLE_RETIRE`,
 //! nothing has queued and some thread was always free.
+//!
+//! On a worker with CPUs to spare that makes loop calls, whether to make
+//! them is measured too, window against window (`mode.rs`).
+
+mod mode;
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use super::loop_calls::LoopCalls;
 use super::pool::Pool;
 use super::sizing::PoolPlan;
 use crate::plugin::host::LOCK_WAIT_NS;
@@ -45,20 +51,35 @@ pub struct Counters {
     pub lock_wait_ns: u64,
     /// CPU time the whole worker process has used (all its threads).
     pub cpu_ns: u64,
+    /// Loop calls made (not in `completed`, which counts the pool's).
+    pub loop_calls: u64,
 }
 
 /// What the controller reads and moves: the pool in the server, a queueing
 /// model in the unit tests (so its decisions are tested without clocks).
 pub trait Tunable {
-    /// Requests completed so far: read every tick, so it must be cheap.
+    /// Requests the pool completed so far: read every tick, so it must be
+    /// cheap.
     fn completed(&self) -> u64;
+    /// Those and the loop calls made: read every tick too.
+    fn served(&self) -> u64 {
+        self.completed()
+    }
     /// Every running total, read once per window.
     fn counters(&self) -> Counters;
     /// Jobs queued and threads busy right now.
     fn load(&self) -> (usize, usize);
+    /// Calls in flight right now, loop calls included.
+    fn in_flight(&self) -> usize {
+        let (queued, busy) = self.load();
+        queued + busy
+    }
     /// Threads alive and the target.
     fn size(&self) -> (usize, usize);
     fn resize(&mut self, threads: usize);
+    /// Send every call to the pool (true), or let loop calls resume (also
+    /// when they are on but the pool has had every call since a hand-off).
+    fn suspend_loop_calls(&mut self, suspended: bool, now: Instant);
 }
 
 /// User plus system time of this process, read once per window.
@@ -72,28 +93,50 @@ fn process_cpu_ns() -> u64 {
     })
 }
 
-impl Tunable for Pool {
+/// The worker as the controller reads and moves it: the pool, and the
+/// event loop's loop calls where it makes them.
+pub struct Worker<'a> {
+    pub pool: &'a mut Pool,
+    pub loop_calls: Option<&'a mut LoopCalls>,
+    /// Calls in flight, loop calls included (the event loop's count).
+    pub in_flight: usize,
+}
+
+impl Tunable for Worker<'_> {
     fn completed(&self) -> u64 {
-        self.stats().completed.load(Ordering::Relaxed)
+        self.pool.stats().completed.load(Ordering::Relaxed)
+    }
+    fn served(&self) -> u64 {
+        let stats = self.pool.stats();
+        stats.completed.load(Ordering::Relaxed) + stats.loop_calls.load(Ordering::Relaxed)
     }
     fn counters(&self) -> Counters {
-        let stats = self.stats();
+        let stats = self.pool.stats();
         Counters {
             completed: stats.completed.load(Ordering::Relaxed),
             service_ns: stats.service_ns.load(Ordering::Relaxed),
             queue_wait_ns: stats.queue_wait_ns.load(Ordering::Relaxed),
             lock_wait_ns: LOCK_WAIT_NS.load(Ordering::Relaxed),
             cpu_ns: process_cpu_ns(),
+            loop_calls: stats.loop_calls.load(Ordering::Relaxed),
         }
     }
     fn load(&self) -> (usize, usize) {
-        Pool::load(self)
+        self.pool.load()
+    }
+    fn in_flight(&self) -> usize {
+        self.in_flight
     }
     fn size(&self) -> (usize, usize) {
-        Pool::size(self)
+        self.pool.size()
     }
     fn resize(&mut self, threads: usize) {
-        Pool::resize(self, threads)
+        self.pool.resize(threads)
+    }
+    fn suspend_loop_calls(&mut self, suspended: bool, now: Instant) {
+        if let Some(calls) = self.loop_calls.as_deref_mut() {
+            calls.set_suspended(suspended, now);
+        }
     }
 }
 
@@ -123,10 +166,10 @@ const DOWN_LATENCY: f64 = 1.15;
 const CPU_SATURATED: f64 = 0.85;
 /// Completions a window needs before a step down is judged on it.
 const DOWN_MIN_SAMPLE: u64 = 40;
-const COOLDOWN_MIN: Duration = Duration::from_millis(600);
+pub(crate) const COOLDOWN_MIN: Duration = Duration::from_millis(600);
 /// Failed probes back off to one per `COOLDOWN_MAX`, so a settled pool
 /// spends well under 1% of its time at a trial size.
-const COOLDOWN_MAX: Duration = Duration::from_secs(30);
+pub(crate) const COOLDOWN_MAX: Duration = Duration::from_secs(30);
 pub const TICK: Duration = Duration::from_millis(10);
 
 /// Counters at the start of a window.
@@ -168,13 +211,18 @@ pub struct Controller {
     next_saturated_up: Instant,
     /// Which way the next probe goes when both are possible.
     next_direction: Direction,
+    /// Loop calls against the pool (`mode.rs`).
+    mode: mode::Mode,
+    /// The most calls in flight at a tick of the current window.
+    peak_in_flight: usize,
 }
 
 impl Controller {
-    pub fn new(plan: PoolPlan) -> Controller {
+    /// `measure_loop_calls`: the worker makes loop calls with CPUs to
+    /// spare, and the controller decides when to suspend them.
+    pub fn new(plan: PoolPlan, measure_loop_calls: bool) -> Controller {
         let now = Instant::now();
         Controller {
-            plan,
             last_completed: 0,
             last_progress: now,
             last_needed: now,
@@ -189,11 +237,30 @@ impl Controller {
             next_probe: now,
             next_saturated_up: now + COOLDOWN_MAX,
             next_direction: Direction::Up,
+            mode: mode::Mode::new(measure_loop_calls && plan.adaptive, now),
+            peak_in_flight: 0,
+            plan,
         }
     }
 
     pub fn is_adaptive(&self) -> bool {
         self.plan.adaptive
+    }
+
+    /// Whether this controller decides when loop calls are made, and so
+    /// must tick while only loop calls are in flight.
+    pub fn measures_loop_calls(&self) -> bool {
+        self.mode.measured()
+    }
+
+    /// Loop calls suspended by the controller right now.
+    pub fn loop_calls_suspended(&self) -> bool {
+        self.mode.suspended()
+    }
+
+    /// The call path the worker ended on, for its closing line.
+    pub fn call_path(&self) -> String {
+        self.mode.summary()
     }
 
     fn set(&mut self, pool: &mut impl Tunable, size: usize, now: Instant, why: &str) {
@@ -243,6 +310,9 @@ impl Controller {
         }
         let (queued, busy) = pool.load();
         let (live, target) = pool.size();
+        if self.mode.measured() {
+            self.peak_in_flight = self.peak_in_flight.max(pool.in_flight());
+        }
         // A backlog only counts when no thread is free to take it: a job
         // caught between submit and pickup (one client, a descheduled thread
         // on a busy machine) is not a reason to add threads, and counting it
@@ -275,7 +345,14 @@ impl Controller {
         }
 
         let open_for = now.duration_since(self.window.at);
-        let counted = completed.saturating_sub(self.window.counters.completed);
+        // A window measuring loop calls fills with them as well.
+        let counted = if self.mode.measured() {
+            let start = &self.window.counters;
+            pool.served()
+                .saturating_sub(start.completed + start.loop_calls)
+        } else {
+            completed.saturating_sub(self.window.counters.completed)
+        };
         if open_for < WINDOW && (open_for < WINDOW_MIN || counted < WINDOW_COMPLETIONS) {
             return;
         }
@@ -301,6 +378,23 @@ impl Controller {
         // Mean time a request spent in the pool (queued + served).
         let latency = (service + end.queue_wait_ns.saturating_sub(start.queue_wait_ns) as f64)
             / completions.max(1) as f64;
+
+        // Loop calls or the pool alone: a window of the mode's is not one
+        // of the pool's.
+        let served = (end.completed + end.loop_calls) - (start.completed + start.loop_calls);
+        let window = mode::Window {
+            rate: served as f64 / seconds.max(1e-3),
+            completions: served,
+            peak_in_flight: std::mem::take(&mut self.peak_in_flight),
+            loop_share: (end.loop_calls - start.loop_calls) as f64 / served.max(1) as f64,
+        };
+        let min_threads = self.plan.initial.max(self.plan.min.max(1));
+        if self
+            .mode
+            .window(&window, pool, self.probe.is_some(), min_threads, now)
+        {
+            return;
+        }
 
         // 3b. A probe's verdict.
         if let Some(probe) = self.probe.take() {
@@ -418,202 +512,4 @@ impl Controller {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A closed loop of `conns` clients against a pool that completes
-    /// `capacity(threads)` requests per second, with seeded noise: enough of
-    /// a queueing system to check where the controller settles.
-    struct Model {
-        conns: usize,
-        capacity: fn(usize) -> f64,
-        lock_share: fn(usize) -> f64,
-        /// CPUs busy at n threads.
-        cpu_busy: fn(usize) -> f64,
-        live: usize,
-        counters: Counters,
-        carry: f64,
-        seed: u64,
-    }
-
-    impl Tunable for Model {
-        fn completed(&self) -> u64 {
-            self.counters.completed
-        }
-        fn counters(&self) -> Counters {
-            self.counters
-        }
-        fn load(&self) -> (usize, usize) {
-            let busy = self.live.min(self.conns);
-            (self.conns - busy, busy)
-        }
-        fn size(&self) -> (usize, usize) {
-            (self.live, self.live)
-        }
-        fn resize(&mut self, threads: usize) {
-            self.live = threads;
-        }
-    }
-
-    impl Model {
-        fn noise(&mut self) -> f64 {
-            // xorshift64: +-10% per 10 ms tick, about +-1.3% per window.
-            self.seed ^= self.seed << 13;
-            self.seed ^= self.seed >> 7;
-            self.seed ^= self.seed << 17;
-            (self.seed % 2001) as f64 / 10_000.0 - 0.1
-        }
-
-        fn advance(&mut self, dt: Duration) {
-            let rate = (self.capacity)(self.live) * (1.0 + self.noise());
-            let due = rate * dt.as_secs_f64() + self.carry;
-            let done = due.floor();
-            self.carry = due - done;
-            // Little's law: every client is in the pool, so a request spends
-            // conns / rate there, of which busy / rate being served.
-            let in_pool = self.conns as f64 / rate;
-            let service = self.live.min(self.conns) as f64 / rate;
-            let c = &mut self.counters;
-            c.completed += done as u64;
-            c.service_ns += (done * service * 1e9) as u64;
-            c.queue_wait_ns += (done * (in_pool - service) * 1e9) as u64;
-            c.lock_wait_ns += (done * service * (self.lock_share)(self.live) * 1e9) as u64;
-            c.cpu_ns += ((self.cpu_busy)(self.live) * dt.as_secs_f64() * 1e9) as u64;
-        }
-    }
-
-    /// Runs the model for `seconds` and returns the pool size at every tick
-    /// of the last `last` seconds, sorted.
-    /// How a view behaves on `cpus` CPUs at n threads.
-    struct View {
-        cpus: usize,
-        capacity: fn(usize) -> f64,
-        lock_share: fn(usize) -> f64,
-        cpu_busy: fn(usize) -> f64,
-    }
-
-    fn settle(conns: usize, initial: usize, view: View, seconds: u64, last: u64) -> Vec<usize> {
-        let plan = PoolPlan {
-            initial,
-            min: 1,
-            max: 64,
-            adaptive: true,
-            cpus: view.cpus,
-            reason: String::new(),
-        };
-        let mut controller = Controller::new(plan);
-        let mut model = Model {
-            conns,
-            capacity: view.capacity,
-            lock_share: view.lock_share,
-            cpu_busy: view.cpu_busy,
-            live: initial,
-            counters: Counters::default(),
-            carry: 0.0,
-            seed: 0x9e37_79b9_7f4a_7c15,
-        };
-        let start = Instant::now();
-        let ticks = seconds * 1000 / TICK.as_millis() as u64;
-        let keep_from = ticks - last * 1000 / TICK.as_millis() as u64;
-        let mut sizes = Vec::new();
-        for i in 1..=ticks {
-            model.advance(TICK);
-            controller.tick(&mut model, start + TICK * i as u32);
-            if i >= keep_from {
-                sizes.push(model.live);
-            }
-        }
-        sizes.sort_unstable();
-        sizes
-    }
-
-    fn median(sizes: &[usize]) -> usize {
-        sizes[sizes.len() / 2]
-    }
-
-    fn share_at(sizes: &[usize], size: usize) -> f64 {
-        sizes.iter().filter(|&&s| s == size).count() as f64 / sizes.len() as f64
-    }
-
-    #[test]
-    fn a_lock_holding_view_on_one_cpu_settles_on_one_thread() {
-        // Every thread past the first only waits for the lock and costs a
-        // little in switches (eight threads were
-        // measured to cost 31%).
-        let view = View {
-            cpus: 1,
-            capacity: |n| 2200.0 * (1.0 - 0.03 * (n - 1) as f64),
-            lock_share: |n| 0.9 * (n - 1) as f64 / n as f64,
-            cpu_busy: |_| 1.0,
-        };
-        let sizes = settle(8, 2, view, 40, 20);
-        assert_eq!(median(&sizes), 1, "{sizes:?}");
-        assert!(share_at(&sizes, 1) > 0.8, "{sizes:?}");
-    }
-
-    #[test]
-    fn when_sizes_tie_on_throughput_the_pool_takes_the_fewest_threads() {
-        // A view that releases its lock but has one CPU to compute on.
-        let view = View {
-            cpus: 1,
-            capacity: |_| 3150.0,
-            lock_share: |_| 0.0,
-            cpu_busy: |_| 1.0,
-        };
-        let sizes = settle(64, 2, view, 40, 20);
-        assert!(share_at(&sizes, 1) > 0.8, "{sizes:?}");
-    }
-
-    #[test]
-    fn views_that_block_get_a_thread_per_waiting_client() {
-        // 5 ms of sleep per request: throughput scales with threads up to
-        // the number of clients.
-        let sleeping = |capacity: fn(usize) -> f64| View {
-            cpus: 2,
-            capacity,
-            lock_share: |_| 0.0,
-            cpu_busy: |n| 0.01 * n as f64,
-        };
-        let sizes = settle(64, 2, sleeping(|n| 200.0 * n.min(64) as f64), 40, 10);
-        assert!(median(&sizes) >= 56, "{sizes:?}");
-        let sizes = settle(8, 2, sleeping(|n| 200.0 * n.min(8) as f64), 40, 10);
-        // Never a trial below the 8 the clients need, once there: each one
-        // would make requests wait a whole call.
-        assert!(sizes.iter().all(|&n| n >= 8), "{sizes:?}");
-        assert!(median(&sizes) <= 12, "{sizes:?}");
-    }
-
-    #[test]
-    fn a_fast_view_settles_and_then_rarely_leaves_its_best_size() {
-        // A WSGI hello: a second thread overlaps one's socket writes with
-        // the other's Python; a third only queues for the GIL.
-        let capacity = |n: usize| match n {
-            1 => 140_000.0,
-            2 => 172_000.0,
-            _ => 172_000.0 * (1.0 - 0.02 * (n - 2) as f64),
-        };
-        let view = View {
-            cpus: 1,
-            capacity,
-            lock_share: |n| 0.5 * (n - 1) as f64 / n as f64,
-            cpu_busy: |_| 1.0,
-        };
-        let sizes = settle(64, 2, view, 90, 60);
-        // Trials at other sizes are short and, once settled, rare.
-        assert!(share_at(&sizes, 2) > 0.99, "{sizes:?}");
-    }
-
-    #[test]
-    fn compute_bound_views_settle_near_the_cpus() {
-        // Four CPUs; every thread past four only adds switching.
-        let view = View {
-            cpus: 4,
-            capacity: |n| 1000.0 * n.min(4) as f64 * (1.0 - 0.01 * n.saturating_sub(4) as f64),
-            lock_share: |_| 0.0,
-            cpu_busy: |n| n.min(4) as f64,
-        };
-        let sizes = settle(64, 2, view, 40, 20);
-        let m = median(&sizes);
-        assert!((4..=6).contains(&m), "{sizes:?}");
-    }
-}
+mod tests;

@@ -12,9 +12,10 @@
 //! comes back as `M0_DEFER` and goes to the pool like any other (see
 //! `event_loop/inline.rs`).
 //!
-//! Any other reentrant plugin, on a worker with at most one CPU of its own,
-//! is called by whichever thread leads the loop, between passes, while no
-//! call is in flight on a handler thread: one thread then reads, calls and
+//! Any other reentrant plugin is called by whichever thread leads the loop,
+//! between passes, while no call is in flight on a handler thread (on a
+//! worker with CPUs to spare, while the adaptive controller finds that
+//! serves more than the pool alone): one thread then reads, calls and
 //! writes, as bjoern does, with no hand-off between threads. A call that
 //! runs long has a handler thread take the loop over (see
 //! `worker/loop_calls/`; the methods at the end of this file are the
@@ -311,8 +312,17 @@ impl EventLoop {
             self.accept_scrapers();
         }
         let now = self.now;
-        if self.pool_in_flight() > 0 {
-            self.controller.tick(&mut self.pool, now);
+        // While only loop calls are in flight the pool has nothing to size,
+        // unless the controller measures loop calls against it.
+        if self.pool_in_flight() > 0
+            || (self.in_flight > 0 && self.controller.measures_loop_calls())
+        {
+            let mut worker = adaptive::Worker {
+                pool: &mut self.pool,
+                loop_calls: self.loop_calls.as_mut(),
+                in_flight: self.in_flight,
+            };
+            self.controller.tick(&mut worker, now);
         }
         if now >= self.next_sweep {
             self.sweep_timeouts();
@@ -1005,6 +1015,15 @@ impl EventLoop {
         self.loop_calls.is_some()
     }
 
+    /// The call path the worker ended on, for its closing line.
+    pub fn call_path(&self) -> String {
+        match &self.loop_calls {
+            Some(_) if self.controller.measures_loop_calls() => self.controller.call_path(),
+            Some(_) => "call path: loop calls on, as decided at the start".into(),
+            None => "call path: the pool, as decided at the start".into(),
+        }
+    }
+
     pub fn loop_caller(&self) -> LoopCaller {
         LoopCaller::new(self.pool.loop_side())
     }
@@ -1038,8 +1057,16 @@ impl EventLoop {
 
     /// The loop calls this pass queued, for the leading thread to make.
     pub fn take_loop_calls(&mut self, into: &mut Vec<Job>) {
-        if let Some(calls) = &mut self.loop_calls {
-            calls.take(into);
+        let Some(calls) = &mut self.loop_calls else {
+            return;
+        };
+        if calls.take(self.in_flight, self.now, into) {
+            // Held for loop calls to resume, but the pool did not finish
+            // in time: they are pool calls after all (admitted already, so
+            // past the queue's bound).
+            self.pool
+                .loop_side()
+                .give_back(into.drain(..), &mut Vec::new());
         }
     }
 

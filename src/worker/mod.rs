@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | a handler thread (`pool.rs`) | by default | a call may block or compute for long; the loop must keep serving the other connections |
 //! | the event loop's thread: inline calls (`event_loop/inline.rs`) | the plugin declares `M0_CAP_INLINE` (its handler never blocks), is reentrant and uncapped, and `--no-inline` is not given | no hand-off at all; a request it would block on comes back as `M0_DEFER` and goes to the pool |
-//! | the thread leading the loop: loop calls (`loop_calls/`) | any other reentrant, uncapped plugin on a worker with at most one usable CPU of its own, while no handler thread is busy | one thread reads, calls and writes, as bjoern does; a call that blocks for 2 ms or computes for 8 ms has an idle handler thread take the loop over |
+//! | the thread leading the loop: loop calls (`loop_calls/`) | any other reentrant, uncapped plugin, while no handler thread is busy; on a worker with CPUs to spare, while the adaptive controller measures that they serve more than the pool alone (`adaptive/mode.rs`) | one thread reads, calls and writes, as bjoern does; a call that blocks for 2 ms or computes for 8 ms has an idle handler thread take the loop over |
 //!
 //! Thread hooks (`thread_start`, `thread_stop`) run on each of those threads
 //! before its first call and after its last.
@@ -148,7 +148,16 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
         },
         waker,
     );
-    let controller = adaptive::Controller::new(plan.clone());
+    let loop_plan = loop_calls::decide(
+        &plugin.descriptor,
+        cfg.cli.no_inline,
+        usable,
+        cfg.cli.workers,
+        batch_plan.limits.is_some(),
+        plan.adaptive,
+    );
+    let (inline, inline_why) = sizing::inline_calls(&plugin.descriptor, cfg.cli.no_inline);
+    let controller = adaptive::Controller::new(plan.clone(), loop_plan.measured);
     let share = setup.share.take().map(|fds| {
         accept_share::AcceptShare::new(
             fds.page,
@@ -176,14 +185,7 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
             .map_err(|e| (78, format!("cannot open --access-log {path}: {e}")))?;
         event_loop.set_access_log(log);
     }
-    let (inline, inline_why) = sizing::inline_calls(&plugin.descriptor, cfg.cli.no_inline);
-    let (loop_calls, loop_calls_why) = loop_calls::decide(
-        &plugin.descriptor,
-        cfg.cli.no_inline,
-        usable,
-        cfg.cli.workers,
-        batch_plan.limits.is_some(),
-    );
+    let loop_calls = loop_plan.on;
     if inline {
         event_loop.enable_inline().map_err(|code| {
             (
@@ -205,7 +207,7 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
         on_off(inline),
         inline_why,
         on_off(loop_calls),
-        loop_calls_why,
+        loop_plan.why,
         batch_plan.summary(),
     ));
     if let Some(fd) = setup.ready_fd {
@@ -224,17 +226,30 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
             "accept sharing: accepted {acc}, passed {passed} to siblings, received {received}"
         ));
     }
+    let call_path = event_loop.call_path();
     let pool = event_loop.into_pool();
-    finish(exit, pool, accepted, batch_plan.limits.is_some())
+    finish(
+        exit,
+        pool,
+        accepted,
+        batch_plan.limits.is_some(),
+        &call_path,
+    )
 }
 
-fn finish(exit: Exit, mut pool: Pool, accepted: u64, batching: bool) -> Result<i32, (i32, String)> {
+fn finish(
+    exit: Exit,
+    mut pool: Pool,
+    accepted: u64,
+    batching: bool,
+    call_path: &str,
+) -> Result<i32, (i32, String)> {
     let completed = pool.stats().completed.load(Ordering::Relaxed);
     let per_request = |ns: u64| ns as f64 / completed.max(1) as f64 / 1000.0;
     let (_, threads) = pool.size();
     crate::log::debug(format_args!(
         "handler pool: {threads} thread(s) at the end; per request {:.1} us queued, {:.1} us in the plugin; \
-         {} lock wait(s) totalling {:.1} ms; {} refused with 503; {} answered inline ({} spilled), {} deferred to the pool; {} loop call(s), {} handed over",
+         {} lock wait(s) totalling {:.1} ms; {} refused with 503; {} answered inline ({} spilled), {} deferred to the pool; {} loop call(s), {} handed over; {call_path}",
         per_request(pool.stats().queue_wait_ns.load(Ordering::Relaxed)),
         per_request(pool.stats().service_ns.load(Ordering::Relaxed)),
         host::LOCK_WAITS.load(Ordering::Relaxed),

@@ -8,6 +8,8 @@ by the view, so each view makes that one thing the variable.
 /block-hold     usleep(200 ms) through ctypes.PyDLL: the GIL is kept
 /seq      a 10 ms GIL-holding view that returns the order it was entered in
 /hash     8 x sha256 over 64 KiB: about a millisecond, the GIL released
+/hash-at  /hash, answering "START_NS END_NS THREAD" (when it ran, and where)
+/hello    a hello world: short, the GIL held throughout
 /sleep    time.sleep(5 ms): blocking I/O without the GIL
 /cpu      about 1 ms of pure Python
 /thread   the name of the thread that made the call (m0-loop, m0-handler-N)
@@ -92,6 +94,14 @@ def application(environ, start_response):
         for _ in range(8):
             hashlib.sha256(BIG).digest()
         body = b"hashed\n"
+    elif path == "/hash-at":
+        t0 = time.monotonic_ns()
+        for _ in range(8):
+            hashlib.sha256(BIG).digest()
+        t1 = time.monotonic_ns()
+        body = f"{t0} {t1} {threading.get_native_id()}\n".encode()
+    elif path == "/hello":
+        body = b"hello, world\n"
     elif path == "/sleep":
         # Blocking I/O stand-in: sleeps without the GIL.
         time.sleep(0.005)

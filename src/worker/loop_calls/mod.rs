@@ -1,6 +1,6 @@
-//! Loop calls: on a worker with one CPU of its own, the thread that leads
-//! the event loop calls the plugin itself, and the loop moves to another
-//! thread when a call runs long.
+//! Loop calls: the thread that leads the event loop calls the plugin
+//! itself (on a worker with CPUs to spare, while that serves more than the
+//! pool alone), and the loop moves to another thread when a call runs long.
 //!
 //! A WSGI app behind a loop that hands every request to a handler thread
 //! pays a thread switch per request or batch (0.64 context switches per
@@ -21,7 +21,9 @@
 //! - `caller.rs`: what the leading thread uses to make the calls, built on
 //!   the pool's narrow loop-calls API (`pool::LoopSide`).
 //! - here: when a worker makes loop calls at all (`decide`), and the event
-//!   loop's bookkeeping of them (`LoopCalls`). A request becomes a loop
+//!   loop's bookkeeping of them (`LoopCalls`). On a worker with CPUs to
+//!   spare the adaptive controller also suspends them while the pool alone
+//!   serves more (`adaptive/mode.rs`). A request becomes a loop
 //!   call only while no call is in flight on a handler thread, so loop
 //!   calls never compete with the pool for the plugin's lock, and a plugin
 //!   whose calls stay short is served by one thread. When a call runs long
@@ -43,19 +45,43 @@ use crate::plugin::call::Job;
 
 const BACKOFF_MIN: Duration = Duration::from_millis(250);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// How long requests are held for loop calls to resume while the pool
+/// finishes its calls. A held request waits no longer than it would have
+/// queued behind those calls in the pool, as long as the pool makes
+/// progress; the bound is for a pool whose calls block, and is long enough
+/// for two threads to clear 64 queued WSGI hellos.
+const RESUME_HOLD: Duration = Duration::from_millis(10);
+
+/// Whether a worker makes loop calls, and whether the adaptive controller
+/// measures them against the pool (see `adaptive/mode.rs`).
+pub struct Decision {
+    pub on: bool,
+    /// A worker with CPUs to spare: loop calls start on, and the controller
+    /// suspends them while the pool alone serves more.
+    pub measured: bool,
+    pub why: String,
+}
 
 /// Whether a worker makes loop calls, and why (or why not): only for a
 /// reentrant plugin with no cap that is not called inline and does not
-/// take batches, on a worker with at most one usable CPU of its own.
+/// take batches. On a worker with at most one usable CPU of its own they
+/// are always best (the pool has no CPU to run beside them; what blocks is
+/// handed off); with more, they start on and the controller measures them
+/// against the pool, which it can only do for a pool it sizes.
 pub fn decide(
     desc: &Descriptor,
     no_inline: bool,
     usable_cpus: usize,
     workers: u32,
     batching: bool,
-) -> (bool, String) {
+    adaptive_pool: bool,
+) -> Decision {
     let (declared, _) = desc.inline_calls();
-    let off = |why: String| (false, why);
+    let off = |why: String| Decision {
+        on: false,
+        measured: false,
+        why,
+    };
     if declared && !no_inline {
         return off("its calls are inline".into());
     }
@@ -73,17 +99,30 @@ pub fn decide(
             desc.call_model_name()
         ));
     }
-    if usable_cpus > workers as usize {
+    const HANDOFF: &str = "a handler thread takes the loop over from a call that blocks for 2 ms or computes for 8 ms";
+    if usable_cpus <= workers as usize {
+        return Decision {
+            on: true,
+            measured: false,
+            why: format!(
+                "{usable_cpus} usable CPU(s) for {workers} worker(s): the thread leading the loop calls the plugin while no handler thread is busy, and {HANDOFF}"
+            ),
+        };
+    }
+    if !adaptive_pool {
         return off(format!(
-            "{usable_cpus} usable CPUs for {workers} worker(s): the loop and the handler threads run side by side"
+            "{usable_cpus} usable CPUs for {workers} worker(s) and a pool fixed with --blocking-threads: \
+             the loop and the handler threads run side by side (only an adaptive pool measures loop calls against itself)"
         ));
     }
-    (
-        true,
-        format!(
-            "{usable_cpus} usable CPU(s) for {workers} worker(s): the thread leading the loop calls the plugin while no handler thread is busy, and a handler thread takes the loop over from a call that blocks for 2 ms or computes for 8 ms"
+    Decision {
+        on: true,
+        measured: true,
+        why: format!(
+            "{usable_cpus} usable CPUs for {workers} worker(s): loop calls start on, and under concurrent load the controller \
+             measures them against the pool alone and keeps whichever serves more; {HANDOFF}"
         ),
-    )
+    }
 }
 
 /// The event loop's account of its loop calls.
@@ -95,6 +134,18 @@ pub struct LoopCalls {
     /// After a hand-off, no loop calls until then.
     resume_at: Option<Instant>,
     backoff: Duration,
+    /// The adaptive controller found the pool alone serves more: no loop
+    /// calls until it says otherwise (see `adaptive/mode.rs`).
+    suspended: bool,
+    /// Loop calls were just resumed (by the controller, or at the end of a
+    /// back-off): until then, requests are held for the leading thread
+    /// while the pool finishes what it has, instead of going to the pool,
+    /// or a pool under steady load would never run dry and loop calls would
+    /// never resume. Not called at once: a loop call beside pool calls
+    /// waits for the plugin's lock (the GIL), and its watcher would take
+    /// that for a call that blocks. Past the time, what is held goes to the
+    /// pool after all.
+    resuming: Option<Instant>,
 }
 
 impl Default for LoopCalls {
@@ -104,15 +155,21 @@ impl Default for LoopCalls {
             finishing: 0,
             resume_at: None,
             backoff: BACKOFF_MIN,
+            suspended: false,
+            resuming: None,
         }
     }
 }
 
 impl LoopCalls {
     /// Whether the request being dispatched may be a loop call: only while
-    /// every call in flight (`in_flight`) is one of this pass's loop calls.
+    /// every call in flight (`in_flight`) is one of this pass's loop calls,
+    /// or while loop calls resume (`resuming`). The controller's suspension
+    /// and the back-off after a hand-off each send calls to the pool, and
+    /// the controller never cuts a back-off short (`set_suspended`), so a
+    /// view that blocks keeps its calls in the pool whatever it measured.
     pub fn may_call(&mut self, in_flight: usize, now: Instant) -> bool {
-        if in_flight != self.batch.len() + self.finishing {
+        if self.suspended {
             return false;
         }
         if let Some(at) = self.resume_at {
@@ -120,8 +177,36 @@ impl LoopCalls {
                 return false;
             }
             self.resume_at = None;
+            self.resuming = Some(now + RESUME_HOLD);
         }
-        true
+        let pool_idle = in_flight == self.batch.len() + self.finishing;
+        match self.resuming {
+            Some(_) if pool_idle => {
+                self.resuming = None;
+                true
+            }
+            Some(until) if now < until => true,
+            Some(_) => {
+                self.resuming = None;
+                false
+            }
+            None => pool_idle,
+        }
+    }
+
+    /// The controller suspends loop calls (the pool alone serves more) or
+    /// resumes them; resuming when they are on but the pool has had every
+    /// call (it never ran dry since a hand-off's back-off) starts them
+    /// again too.
+    pub fn set_suspended(&mut self, suspended: bool, now: Instant) {
+        if !suspended && self.resume_at.is_none() {
+            self.resuming = Some(now + RESUME_HOLD);
+        }
+        self.suspended = suspended;
+    }
+
+    pub fn is_suspended(&self) -> bool {
+        self.suspended
     }
 
     /// Of `in_flight` calls, those on handler threads.
@@ -133,9 +218,23 @@ impl LoopCalls {
         self.batch.push(job);
     }
 
-    /// The loop calls this pass queued, for the leading thread to make.
-    pub fn take(&mut self, into: &mut Vec<Job>) {
+    /// The loop calls this pass queued, for the leading thread to make;
+    /// none while they are held for the pool to finish (see `resuming`).
+    /// True when the time to hold them is past and they go to the pool.
+    pub fn take(&mut self, in_flight: usize, now: Instant, into: &mut Vec<Job>) -> bool {
+        if let Some(until) = self.resuming {
+            if self.in_the_pool(in_flight) > 0 {
+                if now < until {
+                    return false;
+                }
+                self.resuming = None;
+                std::mem::swap(&mut self.batch, into);
+                return true;
+            }
+            self.resuming = None;
+        }
         std::mem::swap(&mut self.batch, into);
+        false
     }
 
     /// The leading thread made every call it took, with no hand-off: the
