@@ -372,7 +372,7 @@ mod tests {
         assert!(Cli::try_parse_from(["m0serve", "--workers", "0"]).is_err());
         assert!(Cli::try_parse_from(["m0serve", "--workers", "513"]).is_err());
         assert!(Cli::try_parse_from(["m0serve", "--workers", "some"]).is_err());
-        let auto = Cli::try_parse_from(["m0serve", "--workers", "auto"]).unwrap();
+        let auto = Cli::try_parse_from(["m0serve", "--plugin", "x", "--workers", "auto"]).unwrap();
         assert_eq!(auto.workers as usize, crate::topology::usable_cpus());
     }
 

@@ -553,12 +553,17 @@ impl LoopSide {
     /// Queue calls a leader did not make (they were admitted already, so
     /// past the queue's bound) and post completions for the loop.
     pub fn give_back(&self, rest: impl Iterator<Item = Job>, done: &mut Vec<Completion>) {
-        let mut woken = 0;
+        // They were dispatched before anything the new leader has queued
+        // since it took the loop over (a batch of loop calls is made only
+        // while the pool has nothing in flight): at the front, in order, or
+        // they would wait behind every later request (the fairness test saw
+        // two requests overtaken by 58).
+        let rest: Vec<Job> = rest.collect();
+        let woken = rest.len();
         {
             let mut q = lock(&self.shared.queue);
-            for job in rest {
-                q.jobs.push_back(job);
-                woken += 1;
+            for job in rest.into_iter().rev() {
+                q.jobs.push_front(job);
             }
         }
         for _ in 0..woken.min(4) {
