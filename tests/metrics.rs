@@ -11,44 +11,9 @@ use std::time::{Duration, Instant};
 
 use support::{Client, Server, plugin, scratch_dir};
 
-/// `promtool` and `prometheus` on PATH, installing Debian's package when
-/// they are not (CI runs as root on a fresh machine).
+/// `promtool` and `prometheus` on PATH (Debian's package).
 fn ensure_prometheus() {
-    let have = || {
-        Command::new("promtool")
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if have() {
-        return;
-    }
-    let install = || {
-        Command::new("apt-get")
-            .args([
-                "install",
-                "-y",
-                "-q",
-                "--no-install-recommends",
-                "prometheus",
-            ])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if !install() {
-        let _ = Command::new("apt-get").args(["update", "-q"]).status();
-        assert!(
-            install(),
-            "these tests need promtool and prometheus: apt-get install prometheus (as root) failed"
-        );
-    }
-    assert!(
-        have(),
-        "promtool is still missing after installing prometheus"
-    );
+    support::ensure_apt_tool("promtool", "--version", "prometheus");
 }
 
 fn free_addr() -> SocketAddr {

@@ -16,36 +16,7 @@ use std::time::Duration;
 use support::{Server, binary, plugin, repo_root, scratch_dir};
 
 fn ensure_nginx() {
-    let have = || {
-        Command::new("nginx")
-            .arg("-v")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if have() {
-        return;
-    }
-    let install = || {
-        Command::new("apt-get")
-            .args([
-                "install",
-                "-y",
-                "-q",
-                "--no-install-recommends",
-                "nginx-light",
-            ])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if !install() {
-        let _ = Command::new("apt-get").args(["update", "-q"]).status();
-        assert!(
-            install(),
-            "these tests need nginx: apt-get install nginx-light (as root) failed"
-        );
-    }
-    assert!(have(), "nginx is still missing after installing it");
+    support::ensure_apt_tool("nginx", "-v", "nginx-light");
 }
 
 fn free_port() -> u16 {

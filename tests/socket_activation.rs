@@ -118,23 +118,7 @@ fn a_socket_unit_that_passes_anything_but_one_listener_is_refused_with_78() {
 #[test]
 fn systemd_socket_activate_starts_the_server_with_its_socket() {
     let _serial = support::serial();
-    let found = Command::new("systemd-socket-activate")
-        .arg("--help")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
-        let ok = Command::new("apt-get")
-            .args(["install", "-y", "-q", "--no-install-recommends", "systemd"])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(
-            ok,
-            "this test needs systemd-socket-activate (Debian's systemd package)"
-        );
-    }
+    support::ensure_apt_tool("systemd-socket-activate", "--help", "systemd");
     let addr = {
         let probe = TcpListener::bind("127.0.0.1:0").unwrap();
         probe.local_addr().unwrap()
