@@ -8,6 +8,23 @@
 use std::ffi::CStr;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The first two words of every page made here: which kind of page it is
+/// and how many workers it was sized for, so a process that adopts a
+/// descriptor by number can tell it holds the right one. The pages' own
+/// headers begin with these two fields.
+#[repr(C)]
+struct Stamp {
+    magic: AtomicU64,
+    workers: AtomicU64,
+}
+
+/// A page of `header` bytes then `count` items of `item` bytes, in whole
+/// pages of memory.
+pub fn page_len(header: usize, count: usize, item: usize) -> usize {
+    (header + count * item).div_ceil(4096) * 4096
+}
 
 pub struct MemfdMap {
     fd: OwnedFd,
@@ -34,6 +51,47 @@ impl MemfdMap {
             return Err(std::io::Error::last_os_error());
         }
         MemfdMap::map(fd, len)
+    }
+
+    /// `create`, stamped with `magic` and `workers`.
+    pub fn create_stamped(
+        name: &CStr,
+        len: usize,
+        magic: u64,
+        workers: usize,
+    ) -> std::io::Result<MemfdMap> {
+        let map = MemfdMap::create(name, len)?;
+        // SAFETY: the mapping begins with the Stamp, two atomics.
+        let stamp = unsafe { map.at::<Stamp>(0) };
+        stamp.magic.store(magic, Ordering::SeqCst);
+        stamp.workers.store(workers as u64, Ordering::SeqCst);
+        Ok(map)
+    }
+
+    /// `adopt`, refusing a mapping not stamped with `magic` and `workers`
+    /// (`what` names the page in the error).
+    ///
+    /// # Safety
+    /// As for `adopt`.
+    pub unsafe fn adopt_stamped(
+        fd: RawFd,
+        len: usize,
+        magic: u64,
+        workers: usize,
+        what: &str,
+    ) -> std::io::Result<MemfdMap> {
+        // SAFETY: per the contract.
+        let map = unsafe { MemfdMap::adopt(fd, len) }?;
+        // SAFETY: the mapping begins with the Stamp, two atomics.
+        let stamp = unsafe { map.at::<Stamp>(0) };
+        if stamp.magic.load(Ordering::SeqCst) != magic
+            || stamp.workers.load(Ordering::SeqCst) != workers as u64
+        {
+            return Err(std::io::Error::other(format!(
+                "the {what} is not an m0serve {what} for this many workers"
+            )));
+        }
+        Ok(map)
     }
 
     /// Map the memfd at descriptor `fd` (a spawned worker's, or a

@@ -13,7 +13,7 @@ use std::os::fd::{OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::memfd_map::MemfdMap;
+use crate::memfd_map::{self, MemfdMap};
 
 /// How often a worker copies what it keeps elsewhere (pool statistics,
 /// gauges) into its block.
@@ -109,6 +109,8 @@ impl Block {
 
 #[repr(C, align(64))]
 struct Header {
+    /// `memfd_map`'s stamp: written when the page is made, checked when
+    /// a process adopts it.
     magic: AtomicU64,
     workers: AtomicU64,
     worker_starts: AtomicU64,
@@ -136,22 +138,16 @@ pub struct MetricsPage {
 
 fn page_len(workers: usize) -> usize {
     // The header, the retired block, one block per worker.
-    let bytes = std::mem::size_of::<Header>() + (workers + 1) * std::mem::size_of::<Block>();
-    bytes.div_ceil(4096) * 4096
+    memfd_map::page_len(size_of::<Header>(), workers + 1, size_of::<Block>())
 }
 
 impl MetricsPage {
     /// Create, size, seal and map a page for `workers` (the supervisor).
     pub fn create(workers: usize) -> std::io::Result<MetricsPage> {
-        let page = MetricsPage {
-            map: MemfdMap::create(c"m0serve-metrics", page_len(workers))?,
+        Ok(MetricsPage {
+            map: MemfdMap::create_stamped(c"m0serve-metrics", page_len(workers), MAGIC, workers)?,
             workers,
-        };
-        page.header().magic.store(MAGIC, Ordering::SeqCst);
-        page.header()
-            .workers
-            .store(workers as u64, Ordering::SeqCst);
-        Ok(page)
+        })
     }
 
     /// Map a page adopted by descriptor number (a spawned worker, or a
@@ -160,19 +156,11 @@ impl MetricsPage {
     /// # Safety
     /// `fd` must be the page's memfd, owned by the caller from now on.
     pub unsafe fn adopt(fd: RawFd, workers: usize) -> std::io::Result<MetricsPage> {
-        let page = MetricsPage {
-            // SAFETY: per the contract, fd is the page's memfd, ours now.
-            map: unsafe { MemfdMap::adopt(fd, page_len(workers)) }?,
-            workers,
-        };
-        if page.header().magic.load(Ordering::SeqCst) != MAGIC
-            || page.header().workers.load(Ordering::SeqCst) != workers as u64
-        {
-            return Err(std::io::Error::other(
-                "the metrics page is not an m0serve metrics page for this many workers",
-            ));
-        }
-        Ok(page)
+        // SAFETY: per the contract, fd is the page's memfd, ours now.
+        let map = unsafe {
+            MemfdMap::adopt_stamped(fd, page_len(workers), MAGIC, workers, "metrics page")
+        }?;
+        Ok(MetricsPage { map, workers })
     }
 
     pub fn fd_owned(&self) -> &OwnedFd {

@@ -8,7 +8,7 @@
 use std::os::fd::{OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::memfd_map::MemfdMap;
+use crate::memfd_map::{self, MemfdMap};
 
 /// A worker's line. 64 bytes: no false sharing between workers.
 #[repr(C, align(64))]
@@ -32,6 +32,8 @@ const MAGIC: u64 = 0x6d30_7061_6765_0001; // "m0page" v1
 
 #[repr(C, align(64))]
 struct Header {
+    /// `memfd_map`'s stamp: written when the page is made, checked when
+    /// a process adopts it.
     magic: AtomicU64,
     workers: AtomicU64,
     /// Rotates tie-breaks so no worker is favoured.
@@ -44,42 +46,29 @@ pub struct SharedPage {
 }
 
 fn page_len(workers: usize) -> usize {
-    let bytes = std::mem::size_of::<Header>() + workers * std::mem::size_of::<WorkerLine>();
-    bytes.div_ceil(4096) * 4096
+    memfd_map::page_len(size_of::<Header>(), workers, size_of::<WorkerLine>())
 }
 
 impl SharedPage {
     /// Create, size, seal and map a page for `workers` (the supervisor).
     pub fn create(workers: usize) -> std::io::Result<SharedPage> {
-        let page = SharedPage {
-            map: MemfdMap::create(c"m0serve-page", page_len(workers))?,
+        Ok(SharedPage {
+            map: MemfdMap::create_stamped(c"m0serve-page", page_len(workers), MAGIC, workers)?,
             workers,
-        };
-        page.header().magic.store(MAGIC, Ordering::SeqCst);
-        page.header()
-            .workers
-            .store(workers as u64, Ordering::SeqCst);
-        Ok(page)
+        })
     }
 
-    /// Map a page adopted by descriptor number (a spawned worker).
+    /// Map a page adopted by descriptor number (a spawned worker, or a
+    /// forked one's duplicate).
     ///
     /// # Safety
     /// `fd` must be the page's memfd, owned by the caller from now on.
     pub unsafe fn adopt(fd: RawFd, workers: usize) -> std::io::Result<SharedPage> {
-        let page = SharedPage {
-            // SAFETY: per the contract, fd is the page's memfd, ours now.
-            map: unsafe { MemfdMap::adopt(fd, page_len(workers)) }?,
-            workers,
-        };
-        if page.header().magic.load(Ordering::SeqCst) != MAGIC
-            || page.header().workers.load(Ordering::SeqCst) != workers as u64
-        {
-            return Err(std::io::Error::other(
-                "the shared page is not an m0serve page for this many workers",
-            ));
-        }
-        Ok(page)
+        // SAFETY: per the contract, fd is the page's memfd, ours now.
+        let map = unsafe {
+            MemfdMap::adopt_stamped(fd, page_len(workers), MAGIC, workers, "shared page")
+        }?;
+        Ok(SharedPage { map, workers })
     }
 
     pub fn fd_owned(&self) -> &OwnedFd {
