@@ -99,7 +99,15 @@ pub fn main() -> i32 {
     };
     let metrics = match cfg.cli.metrics {
         Some(at) => match crate::listener::bind(at, 128) {
-            Ok(fd) => Some(fd),
+            Ok(fd) => {
+                // Port 0 takes any free port; this line says which.
+                let bound = crate::listener::local_addr(&fd).unwrap_or(at);
+                crate::log::info(format_args!(
+                    "metrics: serving http://{}/metrics",
+                    crate::listener::fmt_addr(bound)
+                ));
+                Some(fd)
+            }
             Err(e) => {
                 eprintln!(
                     "m0serve: --metrics {at}: {}; pass a free address and port to --metrics, or drop it",

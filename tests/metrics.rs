@@ -6,7 +6,7 @@
 mod support;
 
 use std::net::{SocketAddr, TcpListener};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::{Client, Server, plugin, scratch_dir};
@@ -21,19 +21,29 @@ fn free_addr() -> SocketAddr {
     l.local_addr().unwrap()
 }
 
-fn serve(metrics: SocketAddr, extra: &[&str]) -> Server {
+/// A two-worker hello_c with `--metrics` on a port the kernel picks (a
+/// port found free and handed over could be taken by another test in
+/// between); the address comes from the server's "metrics: serving" line.
+fn serve(extra: &[&str]) -> (Server, SocketAddr) {
     let hello = plugin("hello_c");
-    let at = metrics.to_string();
     let mut args = vec![
         "--plugin",
         hello.to_str().unwrap(),
         "--workers",
         "2",
         "--metrics",
-        &at,
+        "127.0.0.1:0",
     ];
     args.extend_from_slice(extra);
-    Server::start(&args)
+    let s = Server::start(&args);
+    let log = s.log();
+    let metrics = log
+        .lines()
+        .find_map(|l| l.split("metrics: serving http://").nth(1))
+        .and_then(|rest| rest.strip_suffix("/metrics"))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no metrics address in:\n{log}"));
+    (s, metrics)
 }
 
 fn scrape(metrics: SocketAddr) -> String {
@@ -118,8 +128,7 @@ fn load(addr: SocketAddr, ok: usize, missing: usize) -> usize {
 
 fn exposition_passes_promtool_and_counts_every_response(extra: &[&str]) {
     ensure_prometheus();
-    let metrics = free_addr();
-    let s = serve(metrics, extra);
+    let (s, metrics) = serve(extra);
     let bytes = load(s.addr, 50, 7);
     settled(metrics, "m0serve_requests_total{code=\"2xx\"}", 50.0);
     let text = settled(metrics, "m0serve_requests_total{code=\"4xx\"}", 7.0);
@@ -160,8 +169,7 @@ fn spawned_workers_count_into_the_same_page() {
 
 #[test]
 fn counters_do_not_go_backwards_when_a_worker_dies() {
-    let metrics = free_addr();
-    let s = serve(metrics, &[]);
+    let (s, metrics) = serve(&[]);
     let _ = load(s.addr, 40, 0);
     settled(metrics, "m0serve_requests_total{code=\"2xx\"}", 40.0);
     let victim = s.worker_pids()[0];
@@ -195,8 +203,7 @@ fn counters_do_not_go_backwards_when_a_worker_dies() {
 #[test]
 fn a_real_prometheus_scrapes_the_server_and_counts_what_was_sent() {
     ensure_prometheus();
-    let metrics = free_addr();
-    let s = serve(metrics, &[]);
+    let (s, metrics) = serve(&[]);
     let dir = scratch_dir("prometheus");
     let _ = std::fs::remove_dir_all(dir.join("data"));
     let config = dir.join("prometheus.yml");
@@ -207,19 +214,7 @@ fn a_real_prometheus_scrapes_the_server_and_counts_what_was_sent() {
         ),
     )
     .unwrap();
-    let web = free_addr();
-    let mut prom = Command::new("prometheus")
-        .arg(format!("--config.file={}", config.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("data").display()
-        ))
-        .arg(format!("--web.listen-address={web}"))
-        .arg("--log.level=warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start prometheus");
+    let (mut prom, web) = start_prometheus(&config, &dir);
     let api = |path: &str| -> serde_json::Value {
         match std::net::TcpStream::connect(web) {
             Ok(_) => {
@@ -254,4 +249,41 @@ fn a_real_prometheus_scrapes_the_server_and_counts_what_was_sent() {
     let _ = prom.kill();
     let _ = prom.wait();
     drop(s);
+}
+
+/// Prometheus on a port found free: another process may take the port
+/// between the probe and Prometheus' bind, so a Prometheus that exits, or a
+/// port whose answer is not Prometheus', gets another port.
+fn start_prometheus(config: &std::path::Path, dir: &std::path::Path) -> (Child, SocketAddr) {
+    for _ in 0..5 {
+        let web = free_addr();
+        let mut prom = Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address={web}"))
+            .arg("--log.level=warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start prometheus");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            if prom.try_wait().ok().flatten().is_some() {
+                break;
+            }
+            if std::net::TcpStream::connect(web).is_ok() {
+                let r = Client::connect(web).get("/-/ready");
+                if r.status == 200 && r.text().contains("Prometheus") {
+                    return (prom, web);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = prom.kill();
+        let _ = prom.wait();
+    }
+    panic!("prometheus did not start on any of 5 free ports");
 }

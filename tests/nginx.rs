@@ -27,6 +27,8 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// A two-worker hello_c on `port`, 0 for one the kernel picks (the first
+/// start: a port found free and handed over could be taken in between).
 fn instance(port: u16) -> Server {
     let hello = plugin("hello_c");
     let mut cmd = Command::new(binary());
@@ -55,40 +57,47 @@ fn nginx(a: u16, b: u16) -> Nginx {
     ensure_nginx();
     let dir = scratch_dir(&format!("nginx-{a}"));
     std::fs::create_dir_all(dir.join("logs")).unwrap();
-    let listen = free_port();
-    let site = std::fs::read_to_string(repo_root().join("deploy/nginx/m0serve.conf"))
-        .unwrap()
-        .replace("127.0.0.1:8001", &format!("127.0.0.1:{a}"))
-        .replace("127.0.0.1:8002", &format!("127.0.0.1:{b}"))
-        .replace("127.0.0.1:8080", &format!("127.0.0.1:{listen}"));
-    let conf = format!(
-        "daemon off;\nworker_processes 1;\npid {dir}/nginx.pid;\nerror_log {dir}/logs/error.log warn;\n\
-         events {{ worker_connections 1024; }}\n\
-         http {{\n access_log off;\n client_body_temp_path {dir}/body;\n proxy_temp_path {dir}/proxy;\n\
-         fastcgi_temp_path {dir}/fastcgi;\n uwsgi_temp_path {dir}/uwsgi;\n scgi_temp_path {dir}/scgi;\n{site}\n}}\n",
-        dir = dir.display()
-    );
-    let path = dir.join("nginx.conf");
-    std::fs::write(&path, conf).unwrap();
-    let mut child = Command::new("nginx")
-        .arg("-p")
-        .arg(&dir)
-        .arg("-c")
-        .arg(&path)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start nginx");
-    let addr: SocketAddr = format!("127.0.0.1:{listen}").parse().unwrap();
-    for _ in 0..200 {
-        if TcpStream::connect(addr).is_ok() {
-            return Nginx { child, addr };
+    // nginx cannot take port 0 and say which it got: a port found free may
+    // be taken before nginx binds it, so an nginx that exits gets another.
+    for _ in 0..5 {
+        let listen = free_port();
+        let site = std::fs::read_to_string(repo_root().join("deploy/nginx/m0serve.conf"))
+            .unwrap()
+            .replace("127.0.0.1:8001", &format!("127.0.0.1:{a}"))
+            .replace("127.0.0.1:8002", &format!("127.0.0.1:{b}"))
+            .replace("127.0.0.1:8080", &format!("127.0.0.1:{listen}"));
+        let conf = format!(
+            "daemon off;\nworker_processes 1;\npid {dir}/nginx.pid;\nerror_log {dir}/logs/error.log warn;\n\
+             events {{ worker_connections 1024; }}\n\
+             http {{\n access_log off;\n client_body_temp_path {dir}/body;\n proxy_temp_path {dir}/proxy;\n\
+             fastcgi_temp_path {dir}/fastcgi;\n uwsgi_temp_path {dir}/uwsgi;\n scgi_temp_path {dir}/scgi;\n{site}\n}}\n",
+            dir = dir.display()
+        );
+        let path = dir.join("nginx.conf");
+        std::fs::write(&path, conf).unwrap();
+        let mut child = Command::new("nginx")
+            .arg("-p")
+            .arg(&dir)
+            .arg("-c")
+            .arg(&path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start nginx");
+        let addr: SocketAddr = format!("127.0.0.1:{listen}").parse().unwrap();
+        for _ in 0..200 {
+            if child.try_wait().ok().flatten().is_some() {
+                break;
+            }
+            if TcpStream::connect(addr).is_ok() {
+                return Nginx { child, addr };
+            }
+            std::thread::sleep(Duration::from_millis(25));
         }
-        std::thread::sleep(Duration::from_millis(25));
+        let _ = child.kill();
+        let _ = child.wait();
     }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("nginx did not listen on {addr}");
+    panic!("nginx did not listen on any of 5 free ports");
 }
 
 /// GETs through nginx, one after another over a keep-alive connection
@@ -158,8 +167,8 @@ fn stop(mut s: Server) {
 #[test]
 fn rolling_restarts_behind_nginx_fail_no_request() {
     let _serial = support::serial();
-    let (pa, pb) = (free_port(), free_port());
-    let (mut a, mut b) = (instance(pa), instance(pb));
+    let (mut a, mut b) = (instance(0), instance(0));
+    let (pa, pb) = (a.addr.port(), b.addr.port());
     let proxy = nginx(pa, pb);
     let stop_flag = Arc::new(AtomicBool::new(false));
     let load = client(proxy.addr, Arc::clone(&stop_flag));
@@ -194,8 +203,8 @@ fn rolling_restarts_behind_nginx_fail_no_request() {
 #[test]
 fn a_killed_instance_fails_at_most_the_request_in_flight() {
     let _serial = support::serial();
-    let (pa, pb) = (free_port(), free_port());
-    let (a, b) = (instance(pa), instance(pb));
+    let (a, b) = (instance(0), instance(0));
+    let (pa, pb) = (a.addr.port(), b.addr.port());
     let proxy = nginx(pa, pb);
     let stop_flag = Arc::new(AtomicBool::new(false));
     let load = client(proxy.addr, Arc::clone(&stop_flag));
