@@ -412,6 +412,11 @@ typedef struct M0PluginCalls {
 // Handle one request. Return `M0_OK` once the response is finished, or a
 // negative `M0_ERR_*`: before `response_start` it becomes that HTTP status;
 // after it, the response is cut off and the connection closed.
+//
+// The worker catches its stop and reload signals with `SA_RESTART`
+// handlers, and the kernel may run them on any thread, this one included:
+// a call waiting in a system call that `SA_RESTART` does not restart
+// (`nanosleep`, `poll`, `epoll_wait`) must retry it on `EINTR`.
 typedef int32_t (*M0HandleFn)(void *state, const struct M0Request *request, struct M0Response *response);
 
 // Called on each handler thread when it starts, before its first `handle`.

@@ -183,6 +183,7 @@ fn run_spawned_worker(cfg: &Config, index: u32) -> ! {
             plugin_path: PathBuf::from(plugin_path),
             share: fds.share,
             metrics: fds.metrics,
+            others_serve: std::env::var_os(process::ENV_OTHERS_SERVE).is_some(),
         },
     )
 }

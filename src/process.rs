@@ -48,6 +48,8 @@ pub fn spawn_metrics_fds(workers: usize) -> (RawFd, RawFd) {
 pub const ENV_WORKER_INDEX: &str = "M0_WORKER_INDEX";
 pub const ENV_WORKER_SPAWNED: &str = "M0_WORKER_SPAWNED";
 pub const ENV_PLUGIN_FILE: &str = "M0_PLUGIN_FILE";
+/// Set for a spawned worker started while another worker was ready.
+pub const ENV_OTHERS_SERVE: &str = "M0_WORKER_OTHERS_SERVE";
 /// Test hook: exec this path instead of our own binary.
 pub const ENV_SPAWN_EXE: &str = "M0_SPAWN_EXE";
 

@@ -22,9 +22,9 @@ use nix::unistd::{ForkResult, Pid, fork};
 use crate::config::Config;
 use crate::metrics_page::{Death, MetricsPage};
 use crate::process::{
-    ENV_METRICS_FDS, ENV_PLUGIN_FILE, ENV_SHARE_FDS, ENV_SPAWN_EXE, ENV_WORKER_INDEX,
-    ENV_WORKER_SPAWNED, EXIT_GRACEFUL_TIMEOUT, Mode, SPAWN_LISTEN_FD, SPAWN_PAGE_FD,
-    SPAWN_READY_FD, SPAWN_RECV_FD, SPAWN_SENDS_FD,
+    ENV_METRICS_FDS, ENV_OTHERS_SERVE, ENV_PLUGIN_FILE, ENV_SHARE_FDS, ENV_SPAWN_EXE,
+    ENV_WORKER_INDEX, ENV_WORKER_SPAWNED, EXIT_GRACEFUL_TIMEOUT, Mode, SPAWN_LISTEN_FD,
+    SPAWN_PAGE_FD, SPAWN_READY_FD, SPAWN_RECV_FD, SPAWN_SENDS_FD,
 };
 use crate::shared_page::SharedPage;
 use crate::signals::{STOP_SIGNALS, SignalPipe};
@@ -76,6 +76,9 @@ struct Supervisor<'a> {
     /// SIGHUP: slots still to replace, and the one waiting for its new worker.
     reload_queue: Vec<usize>,
     reload_waiting: Option<(usize, Pid)>,
+    /// While a reload starts a replacement: the worker it replaces was
+    /// ready (and serves until the replacement is).
+    replacing_ready: bool,
 }
 
 /// Run the workers until stopped; returns the process exit code.
@@ -145,6 +148,7 @@ pub fn run(cfg: &Config, plan: &Plan, listener: OwnedFd, metrics: Option<OwnedFd
         exit_code: 0,
         reload_queue: Vec::new(),
         reload_waiting: None,
+        replacing_ready: false,
     };
     for index in 0..plan.workers as usize {
         if sup.stopping.is_some() {
@@ -182,6 +186,18 @@ impl Supervisor<'_> {
         }
     }
 
+    /// Whether a worker other than the one about to start in `index` is
+    /// serving: a ready sibling, or the predecessor a reload replaces (it
+    /// serves until its replacement is ready).
+    fn others_serve(&self, index: usize) -> bool {
+        let sibling = self
+            .slots
+            .iter()
+            .enumerate()
+            .any(|(j, s)| j != index && s.ready && s.pid.is_some());
+        sibling || self.replacing_ready
+    }
+
     /// The listening socket, while the server is not stopping.
     fn listener(&self) -> Result<&OwnedFd, (i32, String)> {
         self.listener.as_ref().ok_or((
@@ -207,6 +223,7 @@ impl Supervisor<'_> {
                     plugin_path: self.plan.plugin_path.clone(),
                     share: self.share_for(index),
                     metrics: self.metrics_for(),
+                    others_serve: self.others_serve(index),
                 };
                 worker::run(self.cfg, setup)
             }
@@ -232,6 +249,7 @@ impl Supervisor<'_> {
                     ENV_PLUGIN_FILE,
                     ENV_SHARE_FDS,
                     ENV_METRICS_FDS,
+                    ENV_OTHERS_SERVE,
                 ]
                 .iter()
                 .any(|n| k == *n)
@@ -245,6 +263,9 @@ impl Supervisor<'_> {
             .collect();
         envp.push(CString::new(format!("{ENV_WORKER_INDEX}={index}")).unwrap_or_default());
         envp.push(CString::new(format!("{ENV_WORKER_SPAWNED}=1")).unwrap_or_default());
+        if self.others_serve(index) {
+            envp.push(CString::new(format!("{ENV_OTHERS_SERVE}=1")).unwrap_or_default());
+        }
         let mut plugin_kv = OsString::from(format!("{ENV_PLUGIN_FILE}="));
         plugin_kv.push(self.plan.plugin_path.as_os_str());
         envp.extend(CString::new(plugin_kv.as_bytes()).ok());
@@ -511,7 +532,10 @@ impl Supervisor<'_> {
         };
         self.retiring.push(old);
         self.slots[index].pid = None;
-        if self.start_worker(index).is_some() {
+        self.replacing_ready = self.slots[index].ready;
+        let started = self.start_worker(index);
+        self.replacing_ready = false;
+        if started.is_some() {
             self.reload_waiting = Some((index, old));
         }
     }

@@ -269,7 +269,8 @@ fn ctrl_c_to_the_process_group_drains_and_a_second_one_stops_at_once() {
     let out = slow.join().unwrap();
     assert!(
         !String::from_utf8_lossy(&out).contains("slept"),
-        "the second Ctrl-C waited for the request"
+        "the second Ctrl-C waited for the request\n{}",
+        s.log()
     );
     // The last lines may still be on their way from the pipe.
     assert!(

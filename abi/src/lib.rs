@@ -438,6 +438,11 @@ pub struct M0InitArgs {
 /// Handle one request. Return `M0_OK` once the response is finished, or a
 /// negative `M0_ERR_*`: before `response_start` it becomes that HTTP status;
 /// after it, the response is cut off and the connection closed.
+///
+/// The worker catches its stop and reload signals with `SA_RESTART`
+/// handlers, and the kernel may run them on any thread, this one included:
+/// a call waiting in a system call that `SA_RESTART` does not restart
+/// (`nanosleep`, `poll`, `epoll_wait`) must retry it on `EINTR`.
 pub type M0HandleFn = unsafe extern "C" fn(
     state: *mut c_void,
     request: *const M0Request,

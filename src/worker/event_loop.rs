@@ -510,11 +510,26 @@ impl EventLoop {
     }
 
     fn admit(&mut self, stream: mio::net::TcpStream, addr: SocketAddr) {
-        self.admit_as(stream, addr, false);
+        self.admit_as(stream, addr, None, false);
+    }
+
+    /// A connection accepted while the plugin's init ran, with the bytes
+    /// already read from it (`loading.rs`).
+    pub fn admit_held(&mut self, stream: std::net::TcpStream, addr: SocketAddr, bytes: Vec<u8>) {
+        if stream.set_nonblocking(true).is_ok() {
+            let stream = mio::net::TcpStream::from_std(stream);
+            self.admit_as(stream, addr, Some(bytes), false);
+        }
     }
 
     /// Admit a connection; `scraper` for one from the metrics listener.
-    fn admit_as(&mut self, mut stream: mio::net::TcpStream, addr: SocketAddr, scraper: bool) {
+    fn admit_as(
+        &mut self,
+        mut stream: mio::net::TcpStream,
+        addr: SocketAddr,
+        read: Option<Vec<u8>>,
+        scraper: bool,
+    ) {
         let _ = stream.set_nodelay(true);
         let entry = self.conns.vacant_entry();
         let key = entry.key();
@@ -532,7 +547,7 @@ impl EventLoop {
             ip: addr.ip().to_canonical().to_string(),
             port: addr.port(),
         });
-        let buf = self.spare_bufs.pop().unwrap_or_default();
+        let buf = read.unwrap_or_else(|| self.spare_bufs.pop().unwrap_or_default());
         let mut conn = Conn::new(stream, peer, buf);
         conn.scraper = scraper;
         conn.deadline = self.timeouts.header.map(|t| self.now + t);

@@ -21,6 +21,7 @@ pub mod adaptive;
 pub mod batching;
 pub mod connection;
 pub mod event_loop;
+pub mod loading;
 pub mod loop_calls;
 pub mod metrics;
 pub mod pool;
@@ -54,6 +55,9 @@ pub struct WorkerSetup {
     pub share: Option<ShareFds>,
     /// `--metrics`: the metrics page and the metrics listener.
     pub metrics: Option<MetricsFds>,
+    /// Another worker was ready when this one started (a reload's
+    /// predecessor, a sibling): while loading, leave the listener to it.
+    pub others_serve: bool,
 }
 
 /// What a worker adopts for `--metrics`.
@@ -107,7 +111,6 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
     let local = std_listener
         .local_addr()
         .map_err(|e| (1, format!("listener: {e}")))?;
-    let listener = mio::net::TcpListener::from_std(std_listener);
 
     let usable = crate::topology::usable_cpus();
     let mut batch_plan = batching::decide(&plugin.descriptor, cfg.cli.no_batch);
@@ -127,9 +130,25 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
         &server_ip,
         local.port(),
     );
-    let calls = plugin
-        .init(&host::HOST, &init_args.args)
-        .map_err(|e| (e.exit_code, e.to_string()))?;
+    let others = loading::Others {
+        served_at_start: setup.others_serve,
+        page: setup.share.as_ref().map(|s| &s.page),
+    };
+    let (initialised, held) = loading::during(
+        &std_listener,
+        cfg.cli.health_path.as_deref(),
+        &cfg.limits,
+        others,
+        || plugin.init(&host::HOST, &init_args.args),
+    );
+    let calls = match initialised {
+        Ok(calls) => calls,
+        Err(e) => {
+            loading::refuse_held(held);
+            return Err((e.exit_code, e.to_string()));
+        }
+    };
+    let listener = mio::net::TcpListener::from_std(std_listener);
     batch_plan.require_entry_point(calls.handle_batch.is_some());
 
     let poll = mio::Poll::new().map_err(|e| (1, format!("cannot create the event loop: {e}")))?;
@@ -184,6 +203,9 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
         let log = access_log::AccessLog::open(path, cfg.cli.access_log_format, setup.index)
             .map_err(|e| (78, format!("cannot open --access-log {path}: {e}")))?;
         event_loop.set_access_log(log);
+    }
+    for h in held {
+        event_loop.admit_held(h.stream, h.peer, h.bytes);
     }
     let loop_calls = loop_plan.on;
     if inline {

@@ -232,8 +232,19 @@ impl Server {
     /// `try_start`, waiting up to `wait` for the ready line (a command that
     /// builds the server first needs minutes).
     pub fn try_start_within(
+        cmd: Command,
+        wait: Duration,
+    ) -> Result<Server, (String, Option<ExitStatus>)> {
+        Server::try_start_when(cmd, wait, ready_addr)
+    }
+
+    /// Start and wait until `addr_in` finds the server's address in its
+    /// log (the ready line for `try_start_within`; a plugin's own line for
+    /// a server whose workers are still loading).
+    pub fn try_start_when(
         mut cmd: Command,
         wait: Duration,
+        addr_in: impl Fn(&str) -> Option<SocketAddr>,
     ) -> Result<Server, (String, Option<ExitStatus>)> {
         use std::os::unix::process::CommandExt;
         cmd.stdin(Stdio::null())
@@ -258,7 +269,7 @@ impl Server {
         }
         let deadline = Instant::now() + wait;
         loop {
-            let ready = ready_addr(&log.lock().unwrap());
+            let ready = addr_in(&log.lock().unwrap());
             if let Some(addr) = ready {
                 return Ok(Server { child, addr, log });
             }

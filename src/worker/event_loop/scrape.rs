@@ -39,7 +39,7 @@ impl EventLoop {
                 return;
             };
             match listener.accept() {
-                Ok((stream, addr)) => self.admit_as(stream, addr, true),
+                Ok((stream, addr)) => self.admit_as(stream, addr, None, true),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_) => return,
             }
