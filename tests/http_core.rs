@@ -199,6 +199,15 @@ fn bad_requests_get_a_precise_status_and_the_connection_closes() {
         (b"GET / HTTP/2.0\r\nHost: t\r\n\r\n", 505),
         (b"GET / HTTP/1.1\r\nHost: t\r\nExpect: coffee\r\n\r\n", 417),
         (b"BAD\x01 / HTTP/1.1\r\nHost: t\r\n\r\n", 400),
+        // RFC 9112 sections 3 and 3.2: single spaces, an ASCII target, a
+        // Host that is uri-host[:port].
+        (b"GET  / HTTP/1.1\r\nHost: t\r\n\r\n", 400),
+        (b"GET /  HTTP/1.1\r\nHost: t\r\n\r\n", 400),
+        (b"GET / HTTP/1.1 \r\nHost: t\r\n\r\n", 400),
+        (b"GET /caf\xc3\xa9 HTTP/1.1\r\nHost: t\r\n\r\n", 400),
+        (b"GET / HTTP/1.1\r\nHost: a b\r\n\r\n", 400),
+        (b"GET / HTTP/1.1\r\nHost: t:80:80\r\n\r\n", 400),
+        (b"GET / HTTP/1.1\r\nHost: user@t\r\n\r\n", 400),
     ];
     for (bytes, want) in cases {
         let out = raw_exchange(s.addr, bytes);

@@ -95,6 +95,12 @@ pub fn parse(buf: &[u8], limits: &Limits, out: &mut RequestHead) -> Result<bool,
     if target.len() > limits.max_uri {
         return Err(HttpError::new(414, "request-target too long"));
     }
+    // A URI is ASCII: raw bytes above 0x7e are a client's mistake (or an
+    // attempt to make two parsers read the target differently); a real
+    // client percent-encodes them.
+    if !target.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(HttpError::new(400, "malformed request-target"));
+    }
     out.head_len = head_len;
     out.http_minor = req.version.unwrap_or(1);
     out.method = Span::of(buf, method.as_bytes());
@@ -143,15 +149,26 @@ fn map_parse_error(e: httparse::Error, buf: &[u8]) -> HttpError {
 
 /// "HTTP/2.0", "HTTP/1.2", "HTTP/3": a well-formed version we do not speak.
 fn looks_like_other_version(buf: &[u8]) -> bool {
+    // Empty lines before the request line are skipped, as the parser does.
+    let start = buf
+        .iter()
+        .position(|&b| b != b'\r' && b != b'\n')
+        .unwrap_or(buf.len());
+    let buf = &buf[start..];
     let line_end = buf
         .iter()
         .position(|&b| b == b'\r' || b == b'\n')
         .unwrap_or(buf.len());
     let line = &buf[..line_end];
-    let Some(sp) = line.iter().rposition(|&b| b == b' ') else {
+    // Method SP target SP version, single spaces: anything else is a
+    // malformed line (400), not a version we do not speak.
+    let parts: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+    let [method, target, version] = parts[..] else {
         return false;
     };
-    let version = &line[sp + 1..];
+    if method.is_empty() || target.is_empty() {
+        return false;
+    }
     let Some(rest) = version.strip_prefix(b"HTTP/") else {
         return false;
     };
@@ -160,6 +177,70 @@ fn looks_like_other_version(buf: &[u8]) -> bool {
         [major, b'.', minor] => major.is_ascii_digit() && minor.is_ascii_digit(),
         _ => false,
     }
+}
+
+/// RFC 9112 section 3.2 and RFC 3986: `uri-host [ ":" port ]`, where the
+/// host is an IP literal in brackets, or a reg-name / IPv4 address made of
+/// unreserved characters, percent-encodings and sub-delims. Empty is valid
+/// (a target without an authority).
+fn is_host_value(value: &[u8]) -> bool {
+    let (host, port) = if let Some(rest) = value.strip_prefix(b"[") {
+        let Some(end) = rest.iter().position(|&b| b == b']') else {
+            return false;
+        };
+        let literal = &rest[..end];
+        let ip_ok = std::str::from_utf8(literal).is_ok_and(|t| {
+            t.parse::<std::net::Ipv6Addr>().is_ok()
+                || (t.starts_with(['v', 'V'])
+                    && t.len() > 3
+                    && t.bytes()
+                        .all(|b| is_unreserved(b) || is_sub_delim(b) || b == b':'))
+        });
+        if !ip_ok {
+            return false;
+        }
+        (&b""[..], &rest[end + 1..])
+    } else {
+        match value.iter().position(|&b| b == b':') {
+            Some(i) => (&value[..i], &value[i..]),
+            None => (value, &b""[..]),
+        }
+    };
+    let port_ok = match port.split_first() {
+        None => true,
+        Some((b':', digits)) => digits.iter().all(u8::is_ascii_digit),
+        Some(_) => false,
+    };
+    port_ok && is_reg_name(host)
+}
+
+fn is_reg_name(host: &[u8]) -> bool {
+    let mut i = 0;
+    while i < host.len() {
+        match host[i] {
+            b'%' => {
+                let hex = host.get(i + 1..i + 3);
+                if !hex.is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) {
+                    return false;
+                }
+                i += 3;
+            }
+            b if is_unreserved(b) || is_sub_delim(b) => i += 1,
+            _ => return false,
+        }
+    }
+    true
+}
+
+fn is_unreserved(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
+}
+
+fn is_sub_delim(b: u8) -> bool {
+    matches!(
+        b,
+        b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'='
+    )
 }
 
 /// Split the target into path and query (origin-form, absolute-form, `*`).
@@ -227,6 +308,9 @@ impl Framing {
     fn note(&mut self, name: &[u8], value: &[u8]) -> Result<(), HttpError> {
         if name.eq_ignore_ascii_case(b"host") {
             self.hosts += 1;
+            if !is_host_value(value) {
+                return Err(HttpError::new(400, "malformed Host header"));
+            }
         } else if name.eq_ignore_ascii_case(b"content-length") {
             self.content_length_fields += 1;
             if self.content_length_fields > 1 {
@@ -592,5 +676,53 @@ mod tests {
         assert!(!head.expect_continue);
         assert!(head.keep_alive);
         assert_eq!(head.headers.len(), 1);
+    }
+
+    #[test]
+    fn the_request_line_is_three_parts_with_single_spaces() {
+        for bad in [
+            "GET  / HTTP/1.1\r\nHost: h\r\n\r\n",
+            "GET /  HTTP/1.1\r\nHost: h\r\n\r\n",
+            "GET / HTTP/1.1 \r\nHost: h\r\n\r\n",
+            "GET\t/ HTTP/1.1\r\nHost: h\r\n\r\n",
+            " GET / HTTP/1.1\r\nHost: h\r\n\r\n",
+            "GET / http/1.1\r\nHost: h\r\n\r\n",
+            "GET /\u{e9} HTTP/1.1\r\nHost: h\r\n\r\n",
+            "GET /\x7f HTTP/1.1\r\nHost: h\r\n\r\n",
+            "GET / HTTP/2.0 x\r\nHost: h\r\n\r\n",
+        ] {
+            assert_eq!(status_of(bad), 400, "{bad:?}");
+        }
+        // Empty lines before it are skipped (RFC 9112 section 2.2).
+        assert_eq!(status_of("\r\nGET / HTTP/1.1\r\nHost: h\r\n\r\n"), 200);
+        assert_eq!(status_of("\r\nGET / HTTP/2.0\r\nHost: h\r\n\r\n"), 505);
+        // Visible ASCII the URI grammar leaves out is still one target.
+        assert_eq!(status_of("GET /a\"b{c} HTTP/1.1\r\nHost: h\r\n\r\n"), 200);
+    }
+
+    #[test]
+    fn host_is_uri_host_and_an_optional_port() {
+        for good in [
+            "h",
+            "",
+            "example.com:8080",
+            "h:",
+            "127.0.0.1",
+            "[::1]:8080",
+            "[v1.fe80::a+en1]",
+            "xn--caf-dma.example",
+            "a%2Db",
+            "!$&'()*+,;=",
+        ] {
+            let raw = format!("GET / HTTP/1.1\r\nHost: {good}\r\n\r\n");
+            assert_eq!(status_of(&raw), 200, "{good:?}");
+        }
+        for bad in [
+            "a b", "a/b", "h:80:80", "h:8o", "[::1", "[::g]", "[::1]x", "a%2", "a%zz", "user@h",
+            "h?x",
+        ] {
+            let raw = format!("GET / HTTP/1.1\r\nHost: {bad}\r\n\r\n");
+            assert_eq!(status_of(&raw), 400, "{bad:?}");
+        }
     }
 }
