@@ -46,6 +46,7 @@ use crate::plugin::call::{Completion, Job, Peer};
 use crate::plugin::exchange::Outcome;
 use crate::signals::SignalPipe;
 
+mod accept_pause;
 mod answer;
 mod health;
 mod inline;
@@ -98,6 +99,7 @@ pub struct EventLoop {
     spare_bufs: Vec<Vec<u8>>,
     in_flight: usize,
     accept_owed: bool,
+    accept_pause: accept_pause::AcceptPause,
     drain_deadline: Option<Instant>,
     next_sweep: Instant,
     inline: Option<InlineCalls>,
@@ -180,6 +182,7 @@ impl EventLoop {
             spare_bufs: Vec::new(),
             in_flight: 0,
             accept_owed: false,
+            accept_pause: Default::default(),
             drain_deadline: None,
             next_sweep: Instant::now() + SWEEP_EVERY,
             inline: None,
@@ -305,7 +308,7 @@ impl EventLoop {
         if channel_ready || self.channel_owed {
             self.receive_batch();
         }
-        if listener_ready || self.accept_owed {
+        if listener_ready || self.accept_owed || self.accept_pause.due(self.now) {
             self.accept_batch();
         }
         if scrapers_ready {
@@ -357,6 +360,9 @@ impl EventLoop {
         }
         if let Some(due) = self.access_log.as_ref().and_then(AccessLog::deadline) {
             let left = due.saturating_duration_since(Instant::now());
+            timeout = Some(timeout.map_or(left, |t: Duration| t.min(left)));
+        }
+        if let Some(left) = self.accept_pause.wake_in(Instant::now()) {
             timeout = Some(timeout.map_or(left, |t: Duration| t.min(left)));
         }
         timeout
@@ -448,6 +454,7 @@ impl EventLoop {
             };
             match listener.accept() {
                 Ok((stream, addr)) => {
+                    self.accept_pause.resumed();
                     if let Some(share) = &self.share {
                         share.note_accepted();
                         let own_load = self.conns.len() as u64 + share.own_pending();
@@ -466,8 +473,8 @@ impl EventLoop {
                 Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => continue,
                 Err(e) => {
                     // EMFILE and friends: not owed (retrying at once would
-                    // spin); the next connect or sweep tries again.
-                    crate::log::warn(format_args!("accept failed: {e}"));
+                    // spin); retried on a timer or when a descriptor frees.
+                    self.accept_pause.failed(&e, self.now);
                     return;
                 }
             }
@@ -979,6 +986,7 @@ impl EventLoop {
     fn close(&mut self, key: usize) {
         if let Some(mut conn) = self.conns.try_remove(key) {
             let _ = self.poll.registry().deregister(&mut conn.stream);
+            self.accept_pause.descriptor_freed(self.now);
             if let Some(share) = &self.share {
                 share.publish_active(self.conns.len());
             }

@@ -127,8 +127,12 @@ fn watch(
     let mut held: Vec<Held> = Vec::new();
     let mut head = RequestHead::default();
     let recheck = PollTimeout::try_from(RECHECK).unwrap_or(PollTimeout::NONE);
+    // After a failed accept (out of descriptors), the listener, which poll
+    // reports level-triggered, is left alone until the next recheck.
+    let mut listen_after: Option<std::time::Instant> = None;
     loop {
-        let accepting = reading.len() + held.len() < MAX_WATCHED && !others.serve();
+        let rested = listen_after.is_none_or(|t| std::time::Instant::now() >= t);
+        let accepting = rested && reading.len() + held.len() < MAX_WATCHED && !others.serve();
         let (stopped, listener_ready, readable) = {
             let mut fds = vec![PollFd::new(stop.as_fd(), PollFlags::POLLIN)];
             if accepting {
@@ -165,8 +169,8 @@ fn watch(
                 }
             }
         }
-        if listener_ready {
-            accept_some(listener, &mut reading);
+        if listener_ready && !accept_some(listener, &mut reading) {
+            listen_after = Some(std::time::Instant::now() + RECHECK);
         }
     }
     held.extend(reading.into_iter().map(|r| Held {
@@ -177,7 +181,8 @@ fn watch(
     held
 }
 
-fn accept_some(listener: &TcpListener, reading: &mut Vec<Reading>) {
+/// False when accept failed for another reason than an empty backlog.
+fn accept_some(listener: &TcpListener, reading: &mut Vec<Reading>) -> bool {
     for _ in 0..64 {
         match listener.accept() {
             Ok((stream, peer)) => {
@@ -190,11 +195,13 @@ fn accept_some(listener: &TcpListener, reading: &mut Vec<Reading>) {
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            // WouldBlock: taken by another worker, or none left; anything
-            // else (EMFILE): the event loop retries once it runs.
-            Err(_) => return,
+            // Taken by another worker, or none left.
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+            // EMFILE and the like: the event loop reports it once it runs.
+            Err(_) => return false,
         }
     }
+    true
 }
 
 /// Read what arrived. The connection comes back while its head is still
