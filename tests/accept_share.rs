@@ -186,3 +186,63 @@ fn sigterm_during_a_burst_loses_no_connection() {
         s.log()
     );
 }
+
+/// After SIGHUP replaced both workers, connections are still shared, and
+/// every worker's closing line counts only its own hand-overs (the
+/// replacement writes the same slot of the shared page as the worker it
+/// replaced, which once marked the slot leaving for good and handed its
+/// counts on).
+#[test]
+fn after_a_reload_a_burst_still_splits_and_counts_are_each_workers_own() {
+    let mut s = start(&[], true);
+    let _ = burst_split(s.addr, 16);
+    s.signal(libc::SIGHUP);
+    for index in 0..2 {
+        assert!(
+            s.wait_for_log(&format!("worker {index} replaced"), Duration::from_secs(30)),
+            "{}",
+            s.log()
+        );
+    }
+    // The old workers' drains end before the bursts.
+    assert_eq!(
+        s.wait_for_log_count("drained:", 2, Duration::from_secs(30)),
+        2,
+        "{}",
+        s.log()
+    );
+    for round in 0..2 {
+        std::thread::sleep(Duration::from_millis(300));
+        let split = burst_split(s.addr, 32);
+        assert!(
+            within_two_to_one(&split),
+            "round {round}: split {split:?}\n{}",
+            s.log()
+        );
+    }
+    s.signal(libc::SIGTERM);
+    assert_eq!(
+        s.wait_exit(Duration::from_secs(20))
+            .and_then(|st| st.code()),
+        Some(0)
+    );
+    let log = s.log();
+    let lines: Vec<(u64, u64, u64)> = log
+        .lines()
+        .filter_map(|l| {
+            let rest = l.split("accept sharing: accepted ").nth(1)?;
+            let n: Vec<u64> = rest
+                .split(|c: char| !c.is_ascii_digit())
+                .filter_map(|w| w.parse().ok())
+                .collect();
+            Some((n[0], n[1], n[2]))
+        })
+        .collect();
+    assert_eq!(lines.len(), 4, "{log}");
+    // Every connection was accepted once by someone: 16 before, 64 after.
+    let accepted: u64 = lines.iter().map(|l| l.0).sum();
+    assert_eq!(accepted, 16 + 64, "{log}");
+    let passed: u64 = lines.iter().map(|l| l.1).sum();
+    let received: u64 = lines.iter().map(|l| l.2).sum();
+    assert_eq!(passed, received, "{log}");
+}

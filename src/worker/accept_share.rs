@@ -11,6 +11,7 @@
 //! and undone on any failure (channel full, sibling gone), and then the
 //! acceptor keeps the connection itself.
 
+use std::cell::Cell;
 use std::io::{IoSlice, IoSliceMut};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -33,6 +34,13 @@ pub struct AcceptShare {
     /// Off (`--no-accept-share`, `M0_ACCEPT_SHARE=0`): the channels are
     /// kept but nothing is passed.
     enabled: bool,
+    /// This worker's own counts. The page's line is the slot's, and after
+    /// a reload it carries the replaced worker's counts too.
+    accepted: Cell<u64>,
+    passed: Cell<u64>,
+    received: Cell<u64>,
+    /// The pending count seen at the last check with an empty channel.
+    stale_pending: Cell<u64>,
 }
 
 impl AcceptShare {
@@ -54,7 +62,18 @@ impl AcceptShare {
             recv,
             sends,
             enabled,
+            accepted: Cell::new(0),
+            passed: Cell::new(0),
+            received: Cell::new(0),
+            stale_pending: Cell::new(0),
         }
+    }
+
+    /// Whether the slot's line is still this worker's: during a reload the
+    /// replacement takes it over (it writes its pid once its init is done)
+    /// while this one drains, and must not be marked leaving by it.
+    fn owns_line(&self) -> bool {
+        self.me().pid.load(Ordering::Relaxed) == u64::from(std::process::id())
     }
 
     pub fn channel_fd(&self) -> RawFd {
@@ -70,22 +89,58 @@ impl AcceptShare {
     }
 
     pub fn note_accepted(&self) {
+        self.accepted.set(self.accepted.get() + 1);
         self.me().accepted.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The loop starts a pass (`now_ns`) or is about to wait (0).
     pub fn mark_pass(&self, now_ns: u64) {
-        if self.me().state.load(Ordering::Relaxed) != LEAVING {
+        if self.me().state.load(Ordering::Relaxed) != LEAVING && self.owns_line() {
             self.me().state.store(now_ns, Ordering::Relaxed);
         }
     }
 
     pub fn publish_active(&self, active: usize) {
-        self.me().active.store(active as u64, Ordering::SeqCst);
+        if self.owns_line() {
+            self.me().active.store(active as u64, Ordering::SeqCst);
+        }
     }
 
     pub fn leave(&self) {
-        self.me().state.store(LEAVING, Ordering::SeqCst);
+        if self.owns_line() {
+            self.me().state.store(LEAVING, Ordering::SeqCst);
+        }
+    }
+
+    /// Heals a pending count left high by a sibling that raised it and
+    /// died before it sent (or whose send failed after this worker's last
+    /// receive): with the channel empty, a count that stays the same from
+    /// one check to the next (the loop checks every 250 ms; a hand-over
+    /// takes microseconds) is set back to zero. Call right after the
+    /// channel was found empty.
+    pub fn heal_pending(&self) {
+        if !self.owns_line() {
+            return;
+        }
+        let pending = &self.me().pending;
+        let now = pending.load(Ordering::SeqCst);
+        if now == 0 {
+            self.stale_pending.set(0);
+            return;
+        }
+        if now != self.stale_pending.get() {
+            self.stale_pending.set(now);
+            return;
+        }
+        if pending
+            .compare_exchange(now, 0, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            crate::log::debug(format_args!(
+                "accept share: {now} hand-over(s) counted as pending never arrived; count reset"
+            ));
+        }
+        self.stale_pending.set(0);
     }
 
     /// The sibling to hand a new connection to, if one is strictly less
@@ -142,6 +197,7 @@ impl AcceptShare {
             line.pending.fetch_sub(1, Ordering::SeqCst);
             return false;
         }
+        self.passed.set(self.passed.get() + 1);
         self.me().passed.fetch_add(1, Ordering::Relaxed);
         true
     }
@@ -198,17 +254,75 @@ impl AcceptShare {
             let (ip, port) = text.split_once(' ')?;
             Some(SocketAddr::new(ip.parse().ok()?, port.parse().ok()?))
         });
+        self.received.set(self.received.get() + 1);
         self.me().received.fetch_add(1, Ordering::Relaxed);
         Ok(owned.pop().map(|fd| (fd, peer)))
     }
 
     /// Accepted, passed, received: for the log at shutdown.
     pub fn counts(&self) -> (u64, u64, u64) {
-        let me = self.me();
-        (
-            me.accepted.load(Ordering::Relaxed),
-            me.passed.load(Ordering::Relaxed),
-            me.received.load(Ordering::Relaxed),
-        )
+        (self.accepted.get(), self.passed.get(), self.received.get())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
+
+    fn share(page: SharedPage, index: usize) -> AcceptShare {
+        let pair = || {
+            socketpair(
+                AddressFamily::Unix,
+                SockType::SeqPacket,
+                None,
+                SockFlag::SOCK_NONBLOCK,
+            )
+            .unwrap()
+        };
+        let (recv, _) = pair();
+        let sends = (0..page.workers()).map(|_| pair().1).collect();
+        AcceptShare::new(page, index, recv, sends, true)
+    }
+
+    #[test]
+    fn a_pending_count_that_never_arrives_is_reset_at_the_second_look() {
+        let s = share(SharedPage::create(2).unwrap(), 0);
+        let pending = &s.me().pending;
+        pending.store(1, Ordering::SeqCst);
+        s.heal_pending();
+        assert_eq!(pending.load(Ordering::SeqCst), 1, "one look is not enough");
+        s.heal_pending();
+        assert_eq!(pending.load(Ordering::SeqCst), 0);
+        // A count that moves between looks is a hand-over under way.
+        pending.store(1, Ordering::SeqCst);
+        s.heal_pending();
+        pending.store(2, Ordering::SeqCst);
+        s.heal_pending();
+        assert_eq!(pending.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn a_replaced_worker_leaves_its_slot_to_the_replacement() {
+        let page = SharedPage::create(2).unwrap();
+        let old = share(page, 1);
+        old.publish_active(3);
+        // The replacement writes its pid into the slot.
+        old.me()
+            .pid
+            .store(u64::from(std::process::id()) + 1, Ordering::SeqCst);
+        old.me().active.store(0, Ordering::SeqCst);
+        old.leave();
+        old.publish_active(5);
+        old.mark_pass(42);
+        assert_eq!(
+            old.me().state.load(Ordering::SeqCst),
+            0,
+            "not marked leaving"
+        );
+        assert_eq!(old.me().active.load(Ordering::SeqCst), 0);
+        // Its own counts stay its own.
+        old.note_accepted();
+        assert_eq!(old.counts(), (1, 0, 0));
     }
 }

@@ -1000,6 +1000,14 @@ impl EventLoop {
     fn sweep_timeouts(&mut self) {
         let now = Instant::now();
         self.next_sweep = now + SWEEP_EVERY;
+        if self.share.is_some() {
+            // Empty the channel first: only then can a pending count be
+            // judged stale.
+            self.receive_batch();
+            if let (Some(share), false) = (&self.share, self.channel_owed) {
+                share.heal_pending();
+            }
+        }
         let expired: Vec<usize> = self
             .conns
             .iter()
