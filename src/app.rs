@@ -19,6 +19,9 @@ use crate::worker::{self, WorkerSetup};
 /// Returns the process exit code.
 pub fn main() -> i32 {
     if let Some(path) = std::env::var_os(probe::PROBE_ENV) {
+        // SAFETY: the probe child has no other thread yet; the plugin it
+        // probes must not read the key from the environment either.
+        unsafe { crate::auth::scrub_environment() };
         probe::run_child(&PathBuf::from(path), init_in_probe);
     }
     let cli = match Cli::try_parse() {
@@ -41,9 +44,9 @@ pub fn main() -> i32 {
         }
     };
     crate::log::set_level(cli.log_level);
-    let cfg = Config::from_cli(cli);
+    let mut cfg = Config::from_cli(cli);
     if let Some(index) = std::env::var_os(process::ENV_WORKER_INDEX) {
-        run_spawned_worker(&cfg, index.to_string_lossy().parse().unwrap_or(0));
+        run_spawned_worker(cfg, index.to_string_lossy().parse().unwrap_or(0));
     }
     if cfg.cli.doctor {
         return crate::doctor::run(&cfg);
@@ -64,6 +67,27 @@ pub fn main() -> i32 {
     }
     if let Some(failed) = findings.failure() {
         return refuse(failed);
+    }
+    cfg.api_keys = findings.api_keys.take().map(std::sync::Arc::new);
+    crate::auth::scrub_cli(&mut cfg.cli);
+    if let Some(keys) = &cfg.api_keys {
+        crate::log::info(format_args!(
+            "API keys: {}; open without one: the health path, the metrics listener{}",
+            keys.describe(),
+            keys.open_paths()
+                .iter()
+                .map(|p| format!(", {p}"))
+                .collect::<String>()
+        ));
+        if findings
+            .mode
+            .as_ref()
+            .is_some_and(|(m, _)| *m == process::Mode::Fork)
+        {
+            // SAFETY: the supervisor has no other thread; forked workers
+            // inherit the keys themselves and need no variable.
+            unsafe { crate::auth::scrub_environment() };
+        }
     }
     let Some(addr) = findings.addr else { return 1 };
     let bound = match crate::listener::inherited() {
@@ -159,12 +183,21 @@ fn refuse(check: &checks::Check) -> i32 {
     check.exit.unwrap_or(1)
 }
 
-fn run_spawned_worker(cfg: &Config, index: u32) -> ! {
+fn run_spawned_worker(mut cfg: Config, index: u32) -> ! {
     crate::log::set_role(format!("worker {index}"));
     let fail = |message: String| -> ! {
         crate::log::error(format_args!("{message}"));
         process::exit_now(78)
     };
+    // The supervisor checked the same sources before it started us.
+    match crate::auth::load(&cfg.cli) {
+        Ok(keys) => cfg.api_keys = keys.map(std::sync::Arc::new),
+        Err(e) => fail(format!("{}; {}", e.problem, e.fix)),
+    }
+    crate::auth::scrub_cli(&mut cfg.cli);
+    // SAFETY: this process has no other thread yet.
+    unsafe { crate::auth::scrub_environment() };
+    let cfg = &cfg;
     let fds = supervisor::adopt_spawned_fds(cfg.cli.workers as usize).unwrap_or_else(|e| fail(e));
     let Some(plugin_path) = std::env::var_os(process::ENV_PLUGIN_FILE) else {
         fail(format!(

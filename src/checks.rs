@@ -84,6 +84,8 @@ pub struct Findings {
     pub usable_cpus: usize,
     /// The facts the plugin stated in that init (`M0Host::fact`).
     pub facts: Vec<(String, String)>,
+    /// `--api-key` and friends, loaded (never printed).
+    pub api_keys: Option<crate::auth::ApiKeys>,
 }
 
 impl Findings {
@@ -172,6 +174,25 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
                 format!("--access-log {path} cannot be opened for appending: {e}"),
                 "pass a writable file (its directory must exist), or - for standard output",
             ));
+            return f;
+        }
+    }
+
+    match crate::auth::load(cli) {
+        Ok(Some(keys)) => {
+            f.push(Check::pass("api-keys", keys.describe()));
+            if keys.from_command_line() {
+                f.push(Check::warn(
+                    "api-keys",
+                    "--api-key on the command line: other users of this machine see it in ps",
+                    "pass the keys in --api-key-file (chmod 600) or M0_API_KEY instead",
+                ));
+            }
+            f.api_keys = Some(keys);
+        }
+        Ok(None) => {}
+        Err(e) => {
+            f.push(Check::fail("api-keys", 78, e.problem, e.fix));
             return f;
         }
     }

@@ -89,6 +89,22 @@ pub struct Cli {
     #[arg(long, env = "M0_HEALTH_PATH", value_name = "PATH", value_parser = parse_health_path)]
     pub health_path: Option<String>,
 
+    /// Require `Authorization: Bearer KEY` before any plugin sees a request
+    /// (401 otherwise). Repeatable. Visible to other users in `ps`: prefer
+    /// --api-key-file or M0_API_KEY (one key).
+    #[arg(long, value_name = "KEY")]
+    pub api_key: Vec<String>,
+
+    /// A file of API keys, one a line (`#` comments); refused unless only
+    /// its owner may read it (chmod 600).
+    #[arg(long, env = "M0_API_KEY_FILE", value_name = "PATH")]
+    pub api_key_file: Option<PathBuf>,
+
+    /// A path answered without a key while keys are set (exact match,
+    /// repeatable); the health path and the metrics listener always are.
+    #[arg(long, value_name = "PATH", value_parser = parse_health_path)]
+    pub api_key_open_path: Vec<String>,
+
     /// The access log's lines: `combined` (Apache's, then the duration in
     /// microseconds) or `json` (one object a line).
     #[arg(
@@ -328,6 +344,8 @@ fn parse_seconds(s: &str) -> Result<Duration, String> {
 pub struct Config {
     pub cli: Cli,
     pub limits: Limits,
+    /// Loaded by the checks before the workers start (`auth.rs`).
+    pub api_keys: Option<std::sync::Arc<crate::auth::ApiKeys>>,
 }
 
 impl Config {
@@ -338,7 +356,11 @@ impl Config {
             max_uri: cli.max_uri.min(u32::MAX as u64 / 2) as usize,
             max_body: cli.max_body,
         };
-        Config { cli, limits }
+        Config {
+            cli,
+            limits,
+            api_keys: None,
+        }
     }
 
     /// A timeout of 0 means "never".

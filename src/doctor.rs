@@ -279,8 +279,26 @@ fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
         .num("queue_depth", cli.queue_depth)
         .num("idle_spin_us", cli.idle_spin_us)
         .num("idle_spin_max_wait_pct", cli.idle_spin_max_wait)
-        .num("backlog", cli.backlog)
-        .end_object();
+        .num("backlog", cli.backlog);
+    // How many keys and from where: never the keys.
+    match &f.api_keys {
+        Some(keys) => {
+            j.begin_object(Some("api_keys")).num("count", keys.count());
+            j.begin_array("from");
+            for source in keys.sources() {
+                j.item_str(source);
+            }
+            j.end_array().begin_array("open_paths");
+            for path in keys.open_paths() {
+                j.item_str(path);
+            }
+            j.end_array().end_object();
+        }
+        None => {
+            j.null("api_keys");
+        }
+    }
+    j.end_object();
 
     j.begin_array("checks");
     for c in &f.checks {

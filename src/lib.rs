@@ -33,6 +33,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod app;
+pub mod auth;
 pub mod checks;
 pub mod config;
 pub mod doctor;

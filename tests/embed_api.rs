@@ -907,3 +907,43 @@ fn token_ids_are_refused_with_422_unless_accepted_and_then_match_the_text() {
     assert_eq!(status, 400, "{v}");
     assert_eq!(v["error"]["code"], "context_length_exceeded", "{v}");
 }
+
+/// Behind an API key, the real `openai` client with the key embeds, with a
+/// wrong one it raises its `AuthenticationError` (401), and TEI's health
+/// route stays open for probes only when opened.
+#[test]
+fn the_openai_client_with_the_right_key_embeds_and_with_a_wrong_one_is_refused() {
+    let key = "sk-embed-behind-a-key-77";
+    let s = serve_dir(
+        &minilm(),
+        &["--api-key-open-path", "/health"],
+        &[("M0_API_KEY", key)],
+    );
+    let script = r#"
+import sys, openai
+url, key = sys.argv[1], sys.argv[2]
+client = openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0)
+got = client.embeddings.create(model="all-MiniLM-L6-v2", input=["hello", "world"])
+print(len(got.data), len(got.data[0].embedding))
+try:
+    openai.OpenAI(base_url=url + "/v1", api_key="sk-wrong-key-0000000000", max_retries=0).embeddings.create(
+        model="all-MiniLM-L6-v2", input=["hello"])
+    print("no error")
+except openai.AuthenticationError as e:
+    print(type(e).__name__, e.status_code)
+"#;
+    let out = Command::new(venv::venv_python(&venv::embed_venv()))
+        .args(["-c", script, &format!("http://{}", s.addr), key])
+        .output()
+        .expect("run the openai client");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        s.log()
+    );
+    assert_eq!(text, "2 384\nAuthenticationError 401\n", "{}", s.log());
+    assert_eq!(Client::connect(s.addr).get("/health").status, 200);
+    assert_eq!(Client::connect(s.addr).get("/info").status, 401);
+}

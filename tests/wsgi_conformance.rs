@@ -628,3 +628,31 @@ fn init_failures_exit_with_a_reason() {
     assert_eq!(status, Some(78), "{output}");
     assert!(output.contains("/nonexistent-venv"), "{output}");
 }
+
+/// A WSGI app behind an API key from `M0_API_KEY`: the core answers 401
+/// without it (the app has no 401 of its own), the app serves with it,
+/// and the app's own environment does not hold the key.
+#[test]
+fn a_wsgi_app_behind_an_api_key_never_sees_a_request_without_it_nor_the_key() {
+    let key = "sk-wsgi-behind-a-key-0192";
+    let srv = WsgiServer::start_with_env(
+        Mode::Plain.spec(),
+        &["--workers", "1"],
+        &[("M0_API_KEY", key)],
+    );
+    let refused = get(srv.port, "/stats");
+    assert_eq!(refused.status, 401, "{}", srv.log());
+    let auth = format!("Bearer {key}");
+    let r = request(
+        srv.port,
+        "GET",
+        "/osenv?M0_API_KEY",
+        &[("Authorization", &auth)],
+        b"",
+    );
+    assert_eq!(r.status, 200, "{}", srv.log());
+    assert_eq!(String::from_utf8_lossy(&r.body), "M0_API_KEY=None\n");
+    // The app's own answer to the path refused above.
+    let stats = request(srv.port, "GET", "/stats", &[("Authorization", &auth)], b"");
+    assert_eq!(stats.status, 200);
+}

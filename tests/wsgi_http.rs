@@ -413,6 +413,17 @@ impl WsgiServer {
         }
     }
 
+    /// Like `start`, with `env` set for the server.
+    pub fn start_with_env(spec: &str, extra: &[&str], env: &[(&str, &str)]) -> WsgiServer {
+        let mut cmd = wsgi_command(spec, extra);
+        cmd.envs(env.iter().copied());
+        let server = support::Server::start_cmd(cmd);
+        WsgiServer {
+            port: server.addr.port(),
+            server,
+        }
+    }
+
     /// Like `start`, on one CPU (see `support::pin_to_one_cpu`).
     pub fn start_on_one_cpu(spec: &str, extra: &[&str]) -> WsgiServer {
         let mut cmd = wsgi_command(spec, extra);

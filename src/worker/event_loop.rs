@@ -48,6 +48,7 @@ use crate::signals::SignalPipe;
 
 mod accept_pause;
 mod answer;
+mod auth;
 mod health;
 mod inline;
 mod scrape;
@@ -109,6 +110,8 @@ pub struct EventLoop {
     access_log: Option<AccessLog>,
     /// `--health-path`, answered by the loop itself.
     health_path: Option<String>,
+    /// API keys: without one, 401 from the loop.
+    api_keys: Option<std::sync::Arc<crate::auth::ApiKeys>>,
     /// `--forwarded-allow-ips`.
     trusted_proxies: forwarded::Trusted,
     /// `--metrics`: this worker's counting, and the listener scrapes come to.
@@ -191,6 +194,7 @@ impl EventLoop {
             completions: Vec::with_capacity(64),
             access_log: None,
             health_path: cfg.cli.health_path.clone(),
+            api_keys: cfg.api_keys.clone(),
             trusted_proxies: cfg.cli.forwarded_allow_ips.clone(),
             metrics: None,
             metrics_listener: None,
@@ -706,6 +710,9 @@ impl EventLoop {
         answer::count_received(&self.metrics, ready.consumed);
         if self.is_health_probe(key, &ready) {
             return self.answer_health(key, ready);
+        }
+        if !self.is_authorized(key, &ready) {
+            return self.answer_unauthorized(key, ready);
         }
         let Some(conn) = self.conns.get_mut(key) else {
             return false;

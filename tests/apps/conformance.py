@@ -6,7 +6,7 @@ Served as `conformance:application` and, wrapped in wsgiref.validate, as
   environ       /environ..., /input/..., /errors
   start_response /start/..., /headers/..., /write
   iterable      /body/..., /file-wrapper
-  resilience    /raise, /pid, /stats
+  resilience    /raise, /pid, /stats, /osenv?NAME (the process environment)
   embedding     /tstate, /signals
 
 Responses are plain text (`KEY=ascii(value)` lines) so the Rust tests need no
@@ -344,6 +344,8 @@ ROUTES = {
     "/tstate": tstate_route,
     "/signals": signals_route,
     "/pid": lambda e, s: _text(s, f"{os.getpid()}\n".encode()),
+    "/osenv": lambda e, s: _text(
+        s, f"{e['QUERY_STRING']}={ascii(os.environ.get(e['QUERY_STRING']))}\n".encode()),
     "/": lambda e, s: _text(s, b"conformance\n"),
 }
 

@@ -1,0 +1,84 @@
+//! API keys (`auth.rs`): a request without `Authorization: Bearer <key>`
+//! is answered 401 by the loop, before any plugin sees it. The health path
+//! (answered before this check) and the metrics listener stay open, as do
+//! the paths given with `--api-key-open-path`.
+
+use std::time::Duration;
+
+use super::EventLoop;
+use super::answer::write_own_answer;
+use crate::worker::access_log::Entry;
+use crate::worker::connection::Ready;
+
+const BODY: &[u8] = br#"{"error":{"message":"a valid API key is required: send Authorization: Bearer <key>","type":"authentication_error","code":"invalid_api_key"}}"#;
+
+impl EventLoop {
+    /// Whether `ready` may go on to the plugin.
+    pub(super) fn is_authorized(&self, key: usize, ready: &Ready) -> bool {
+        let Some(keys) = &self.api_keys else {
+            return true;
+        };
+        let Some(conn) = self.conns.get(key) else {
+            return false;
+        };
+        let buf = &conn.rbuf;
+        if keys.is_open(ready.head.path.get(buf)) {
+            return true;
+        }
+        let authorization = ready
+            .head
+            .headers
+            .iter()
+            .find(|(name, _)| name.get(buf).eq_ignore_ascii_case(b"authorization"))
+            .map(|(_, value)| value.get(buf));
+        keys.authorizes(authorization)
+    }
+
+    /// 401 with `WWW-Authenticate: Bearer` and a JSON body; the connection
+    /// stays open for a request with a key. True when it is ready for its
+    /// next request now.
+    pub(super) fn answer_unauthorized(&mut self, key: usize, ready: Ready) -> bool {
+        let draining = self.drain_deadline.is_some();
+        let Some(conn) = self.conns.get_mut(key) else {
+            self.head_scratch_return(ready.head);
+            return false;
+        };
+        let head = &ready.head;
+        let keep_alive = head.keep_alive && !draining;
+        write_own_answer(
+            conn,
+            head,
+            401,
+            &[
+                (b"Content-Type", b"application/json"),
+                (b"WWW-Authenticate", b"Bearer"),
+            ],
+            BODY,
+            keep_alive,
+        );
+        super::answer::note(
+            &mut self.access_log,
+            &self.metrics,
+            &Entry {
+                client: &conn.peer.ip,
+                method: head.method.get(&conn.rbuf),
+                target: head.target.get(&conn.rbuf),
+                http_minor: head.http_minor,
+                status: 401,
+                body_bytes: if head.is_head_method {
+                    0
+                } else {
+                    BODY.len() as u64
+                },
+                duration: Duration::ZERO,
+                batch: 0,
+                referer: b"",
+                user_agent: b"",
+            },
+            self.now,
+        );
+        conn.rbuf.drain(..ready.consumed);
+        self.head_scratch_return(ready.head);
+        self.send_own_answer(key, keep_alive)
+    }
+}
