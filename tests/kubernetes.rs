@@ -311,6 +311,24 @@ fn the_manifests_pass_the_kubernetes_schemas_and_the_rules_between_their_fields(
     let broken = broken_rules(deployment, service, &server);
     assert!(broken.is_empty(), "{broken:#?}");
 
+    // The memory asked for covers what `bench/run rss` measured for this
+    // pod's server (the supervisor and one embed worker on one CPU, at the
+    // peak of its largest request), and the limit leaves room above it.
+    let (supervisor, peak) = measured_embed_pod_mib();
+    let resources = &deployment["spec"]["template"]["spec"]["containers"][0]["resources"];
+    let mib = |q: &Value| bytes(q) / 1024f64.powi(2);
+    let need = supervisor + peak;
+    assert!(
+        mib(&resources["requests"]["memory"]) >= need,
+        "the memory request {} is below the measured {need:.1} MiB",
+        resources["requests"]["memory"]
+    );
+    assert!(
+        mib(&resources["limits"]["memory"]) >= need * 1.25,
+        "the memory limit {} leaves less than a quarter above the measured {need:.1} MiB",
+        resources["limits"]["memory"]
+    );
+
     // The image the Deployment runs is the one the Dockerfile builds: the
     // binary and the model folder where the Deployment expects them.
     let dockerfile =
@@ -327,6 +345,25 @@ fn the_manifests_pass_the_kubernetes_schemas_and_the_rules_between_their_fields(
     );
     assert!(dockerfile.contains("ENTRYPOINT [\"/opt/m0serve/bin/m0serve\"]"));
     assert!(dockerfile.contains("/opt/m0serve/bin/libm0_embed.so"));
+}
+
+/// From bench/RESULTS.md's rss table: the supervisor's RSS and a worker's
+/// peak RSS, in MiB, of the embed plugin on one CPU with one worker.
+fn measured_embed_pod_mib() -> (f64, f64) {
+    let results = std::fs::read_to_string(repo_root().join("bench/RESULTS.md")).unwrap();
+    let section = results
+        .split("<!-- bench:rss -->")
+        .nth(1)
+        .expect("bench/RESULTS.md has the rss section (bench/run rss)");
+    let row = section
+        .lines()
+        .find(|l| {
+            l.starts_with("| embed on 1 CPU") && l.split('|').nth(2).map(str::trim) == Some("1")
+        })
+        .expect("the rss table has the row of embed on 1 CPU, 1 worker");
+    let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+    // | plugin | workers | supervisor RSS | at ready | after load | peak | ...
+    (cells[3].parse().unwrap(), cells[6].parse().unwrap())
 }
 
 /// A change to the parsed Deployment and Service.
