@@ -62,7 +62,8 @@ VENV_MAX = BENCH / ".venv-max"  # MAX, only if its pins conflict with bench/.ven
 # plugin and the WSGI app backends/wsgi_numpy.py on every peer import from bench/.venv;
 # "max": Modular's MAX (backends/requirements-max.txt, numpy's pins included), into
 # bench/.venv unless a pin of its conflicts with what bench/.venv holds or pins, then into
-# bench/.venv-max (see extra_venv()). Installed in this order.
+# bench/.venv-max (see extra_venv()); "flask": Flask for bench/apps/hello_flask.py.
+# Installed in this order.
 VENV_EXTRAS = {
     "embed": [(BENCH / "embed" / "requirements.txt", True),
               (BENCH / "embed" / "requirements-nodeps.txt", False)],
@@ -70,6 +71,7 @@ VENV_EXTRAS = {
                 (BENCH / "embed" / "requirements-nodeps.txt", False)],
     "max": [(ROOT / "backends" / "requirements-max.txt", True),
             (BENCH / "embed" / "requirements-nodeps.txt", False)],
+    "flask": [(BENCH / "apps" / "requirements-flask.txt", True)],
 }
 # Needs that may move to a venv of their own when their pins conflict with bench/.venv's.
 OWN_VENV = {"max": VENV_MAX}

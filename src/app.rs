@@ -48,9 +48,19 @@ pub fn main() -> i32 {
     if let Some(index) = std::env::var_os(process::ENV_WORKER_INDEX) {
         run_spawned_worker(cfg, index.to_string_lossy().parse().unwrap_or(0));
     }
+    // Before the plugin's probe child or any worker exists: only the
+    // supervisor tells systemd the service is ready.
+    let notify = crate::sd_notify::take_from_env();
     if cfg.cli.doctor {
-        return crate::doctor::run(&cfg);
+        return crate::doctor::run(&cfg, &notify);
     }
+    if let Some(message) = notify.unusable_message() {
+        crate::log::warn(format_args!("{message}"));
+    }
+    let notify = match notify {
+        crate::sd_notify::Found::Socket(n) => Some(n),
+        _ => None,
+    };
     // The plugin's init runs once in a throwaway process before anything
     // is bound, as the doctor runs it: an application that cannot start
     // (a typo in the app spec, a missing module) is reported once, with
@@ -142,7 +152,7 @@ pub fn main() -> i32 {
         },
         None => None,
     };
-    supervisor::run(&cfg, &plan, listener, metrics)
+    supervisor::run(&cfg, &plan, listener, metrics, notify)
 }
 
 /// The doctor's probe child: the plugin's init with the arguments the

@@ -17,8 +17,18 @@ pub fn header_fingerprint() -> String {
     format!("{hash:016x}")
 }
 
-pub fn run(cfg: &Config) -> i32 {
+pub fn run(cfg: &Config, notify: &crate::sd_notify::Found) -> i32 {
     let mut findings = checks::run(cfg, true);
+    if let crate::sd_notify::Found::Unusable { problem, fix, .. } = notify {
+        findings.checks.push(checks::Check {
+            name: "sd_notify",
+            ok: true,
+            detail: problem.clone(),
+            fix: Some(fix.clone()),
+            exit: None,
+            warning: true,
+        });
+    }
     if findings.failure().is_none()
         && let Some(addr) = findings.addr
     {
@@ -28,7 +38,7 @@ pub fn run(cfg: &Config) -> i32 {
         checks::record_bind(&mut findings, result);
     }
     let exit = findings.exit_code();
-    println!("{}", report(cfg, &findings, exit));
+    println!("{}", report(cfg, &findings, exit, notify.shown()));
     exit
 }
 
@@ -80,7 +90,7 @@ const PYTHON_FACTS: [(&str, &str); 10] = [
     ("fork_unsafe", "python.fork_unsafe_modules"),
 ];
 
-fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
+fn report(cfg: &Config, f: &Findings, exit: i32, sd_notify: Option<&str>) -> String {
     let cli = &cfg.cli;
     let mut j = Json::new();
     j.begin_object(None)
@@ -267,6 +277,7 @@ fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
         .opt_str("metrics", cli.metrics.map(|a| a.to_string()).as_deref())
         .opt_str("access_log", cli.access_log.as_deref())
         .str("access_log_format", cli.access_log_format.name())
+        .opt_str("sd_notify", sd_notify)
         .num("max_body", cli.max_body)
         .num("max_header_bytes", cli.max_header_bytes)
         .num("max_headers", cli.max_headers)

@@ -16,8 +16,8 @@
 //! list and fails on a use that breaks it, or on a module left out of it.
 //!
 //! 1. `http`, `json`, `listener`, `log`, `memfd_map`, `process`,
-//!    `signals`, `topology`: each stands on its own and uses no other
-//!    module of the crate.
+//!    `sd_notify`, `signals`, `topology`: each stands on its own and uses
+//!    no other module of the crate.
 //! 2. `metrics_page`, `shared_page`: pages of atomics the processes share,
 //!    each a `memfd_map`.
 //! 3. `config`: the command line and environment, resolved once (its
@@ -45,6 +45,7 @@ pub mod memfd_map;
 pub mod metrics_page;
 pub mod plugin;
 pub mod process;
+pub mod sd_notify;
 pub mod shared_page;
 pub mod signals;
 pub mod supervisor;

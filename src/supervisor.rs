@@ -26,6 +26,7 @@ use crate::process::{
     ENV_WORKER_INDEX, ENV_WORKER_SPAWNED, EXIT_GRACEFUL_TIMEOUT, Mode, SPAWN_LISTEN_FD,
     SPAWN_PAGE_FD, SPAWN_READY_FD, SPAWN_RECV_FD, SPAWN_SENDS_FD,
 };
+use crate::sd_notify::{self, Notifier};
 use crate::shared_page::SharedPage;
 use crate::signals::{STOP_SIGNALS, SignalPipe};
 use crate::worker::{self, WorkerSetup};
@@ -79,10 +80,20 @@ struct Supervisor<'a> {
     /// While a reload starts a replacement: the worker it replaces was
     /// ready (and serves until the replacement is).
     replacing_ready: bool,
+    /// `NOTIFY_SOCKET`: systemd, told of readiness, reloads and the stop.
+    notify: Option<Notifier>,
+    /// A SIGHUP told systemd `RELOADING=1` and owes it a `READY=1`.
+    reloading: bool,
 }
 
 /// Run the workers until stopped; returns the process exit code.
-pub fn run(cfg: &Config, plan: &Plan, listener: OwnedFd, metrics: Option<OwnedFd>) -> i32 {
+pub fn run(
+    cfg: &Config,
+    plan: &Plan,
+    listener: OwnedFd,
+    metrics: Option<OwnedFd>,
+    notify: Option<Notifier>,
+) -> i32 {
     crate::log::set_role("supervisor".into());
     let signals = match SignalPipe::install(&[
         Signal::SIGTERM,
@@ -149,6 +160,8 @@ pub fn run(cfg: &Config, plan: &Plan, listener: OwnedFd, metrics: Option<OwnedFd
         reload_queue: Vec::new(),
         reload_waiting: None,
         replacing_ready: false,
+        notify,
+        reloading: false,
     };
     for index in 0..plan.workers as usize {
         if sup.stopping.is_some() {
@@ -417,6 +430,15 @@ impl Supervisor<'_> {
             }
             Ok(Signal::SIGHUP) if self.stopping.is_none() => {
                 crate::log::info(format_args!("SIGHUP: replacing the workers one at a time"));
+                // Before the first READY=1 systemd still counts the service
+                // as starting: a reload then is no reload to it.
+                if self.announced && !self.reloading {
+                    self.reloading = true;
+                    self.notify(&format!(
+                        "RELOADING=1\nMONOTONIC_USEC={}\nSTATUS=reloading: replacing the workers one at a time",
+                        sd_notify::monotonic_usec()
+                    ));
+                }
                 self.reload_queue = (0..self.slots.len()).rev().collect();
                 self.next_reload();
             }
@@ -434,6 +456,8 @@ impl Supervisor<'_> {
         self.stopping =
             Some(Instant::now() + self.cfg.cli.graceful_timeout + Duration::from_secs(2));
         self.reload_queue.clear();
+        self.reloading = false;
+        self.notify("STOPPING=1\nSTATUS=stopping: workers finish the requests in flight");
         // Once this copy and the workers' (each closes its own when its
         // drain begins) are gone, the kernel refuses new connections at
         // once; kept open, it would accept them into a backlog that no one
@@ -516,6 +540,47 @@ impl Supervisor<'_> {
                 p.plugin_name,
                 p.workers
             ));
+            self.notify_ready("");
+        }
+    }
+
+    /// `READY=1` with the main pid (the supervisor, which systemd started)
+    /// and what `systemctl status` should show.
+    fn notify_ready(&self, after: &str) {
+        let p = self.plan;
+        self.notify(&format!(
+            "READY=1\nMAINPID={}\nSTATUS={}",
+            std::process::id(),
+            sd_notify::status_line(&format!(
+                "serving http://{} with plugin {} ({} worker(s)){after}",
+                crate::listener::fmt_addr(p.addr),
+                p.plugin_name,
+                p.workers
+            ))
+        ));
+    }
+
+    /// A message to systemd, when it asked for them; a failed send is
+    /// logged and the server goes on (systemd then counts the service by
+    /// its own timeouts).
+    fn notify(&self, state: &str) {
+        let Some(n) = &self.notify else { return };
+        if let Err(e) = n.send(state) {
+            let first = state.lines().next().unwrap_or(state);
+            crate::log::warn(format_args!(
+                "cannot tell systemd {first} through {}={}: {e}",
+                sd_notify::ENV_NOTIFY_SOCKET,
+                n.shown()
+            ));
+        }
+    }
+
+    /// A SIGHUP's last slot is replaced (or the reload was given up):
+    /// systemd is told the service is ready again.
+    fn finish_reload(&mut self, after: &str) {
+        if self.reloading {
+            self.reloading = false;
+            self.notify_ready(after);
         }
     }
 
@@ -524,6 +589,10 @@ impl Supervisor<'_> {
             return;
         }
         let Some(index) = self.reload_queue.pop() else {
+            if self.reloading {
+                crate::log::info(format_args!("SIGHUP: every worker replaced"));
+            }
+            self.finish_reload("");
             return;
         };
         let Some(old) = self.slots[index].pid else {
@@ -612,6 +681,9 @@ impl Supervisor<'_> {
                     "new worker {index} pid={pid} {how} before it was ready; keeping the old one"
                 ));
                 self.reload_queue.clear();
+                self.finish_reload(&format!(
+                    "; the reload stopped: new worker {index} {how} before it was ready"
+                ));
                 return;
             }
         }
