@@ -105,6 +105,13 @@ pub struct Cli {
     #[arg(long, value_name = "PATH", value_parser = parse_health_path)]
     pub api_key_open_path: Vec<String>,
 
+    /// Let pages of ORIGIN (`https://app.example`, or `*` for any) call
+    /// the server from a browser: the core answers preflights and adds
+    /// Access-Control-Allow-Origin to their responses. Repeatable; off by
+    /// default.
+    #[arg(long, env = "M0_CORS_ALLOW_ORIGIN", value_name = "ORIGIN", value_delimiter = ',', value_parser = crate::http::cors::Origins::parse_one)]
+    pub cors_allow_origin: Vec<String>,
+
     /// The access log's lines: `combined` (Apache's, then the duration in
     /// microseconds) or `json` (one object a line).
     #[arg(

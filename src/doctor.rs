@@ -273,6 +273,10 @@ fn report(cfg: &Config, f: &Findings, exit: i32, sd_notify: Option<&str>) -> Str
                 .as_deref(),
         )
         .opt_str("health_path", cli.health_path.as_deref())
+        .str(
+            "cors_allow_origin",
+            &crate::http::cors::Origins::from_values(&cli.cors_allow_origin).describe(),
+        )
         .str("forwarded_allow_ips", &cli.forwarded_allow_ips.describe())
         .opt_str("metrics", cli.metrics.map(|a| a.to_string()).as_deref())
         .opt_str("access_log", cli.access_log.as_deref())

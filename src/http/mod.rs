@@ -3,6 +3,7 @@
 //! bad input has a unit test here and an integration test over a real socket.
 
 pub mod chunked;
+pub mod cors;
 pub mod date;
 pub mod forwarded;
 pub mod head;

@@ -54,7 +54,7 @@ pub fn is_valid_field(name: &[u8], value: &[u8]) -> bool {
         && value.iter().all(|&b| b != b'\r' && b != b'\n' && b != 0)
 }
 
-fn is_tchar(b: u8) -> bool {
+pub fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 

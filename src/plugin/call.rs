@@ -49,6 +49,9 @@ pub struct Job {
     pub peer: Arc<Peer>,
     /// A trusted proxy says the client used https (`M0_REQ_HTTPS`).
     pub https: bool,
+    /// `--cors-allow-origin` allows the request's `Origin` (its span in
+    /// `buf`): the response says so.
+    pub cors: Option<(crate::http::cors::Allow, Span)>,
     pub queued_at: Instant,
 }
 
@@ -254,7 +257,7 @@ fn fill_headers(headers: &mut Vec<abi::M0Header>, job: &Job) {
 
 fn exchange_for<'a>(job: &'a Job, scratch: &'a mut Vec<u8>, sink: Sink<'a>) -> Exchange<'a> {
     let head = &job.head;
-    Exchange::new(
+    let mut exchange = Exchange::new(
         job.fd,
         head.http_minor,
         head.is_head_method,
@@ -262,7 +265,14 @@ fn exchange_for<'a>(job: &'a Job, scratch: &'a mut Vec<u8>, sink: Sink<'a>) -> E
         job.body(),
         scratch,
         sink,
-    )
+    );
+    if let Some((allow, origin)) = job.cors {
+        exchange.cors = Some(match allow {
+            crate::http::cors::Allow::Any => b"*",
+            crate::http::cors::Allow::Origin => origin.get(&job.buf),
+        });
+    }
+    exchange
 }
 
 /// The `M0Request` for `job`, its views borrowing `job`, `headers` and

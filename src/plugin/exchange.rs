@@ -71,6 +71,9 @@ pub struct Exchange<'a> {
     /// standard one, kept at the start of `scratch` until the head is
     /// written (so it costs no allocation).
     reason_len: Option<usize>,
+    /// `Access-Control-Allow-Origin` to add to the head (`http/cors.rs`),
+    /// unless the plugin writes its own.
+    pub cors: Option<&'a [u8]>,
     pub status: u16,
     pub bytes_sent: u64,
     /// Of `bytes_sent`, the body's (the access log's "bytes").
@@ -114,6 +117,7 @@ impl<'a> Exchange<'a> {
             scratch,
             sink,
             reason_len: None,
+            cors: None,
             status: 0,
             bytes_sent: 0,
             body_sent: 0,
@@ -188,6 +192,16 @@ impl<'a> Exchange<'a> {
         if length == BodyLength::UntilClose || is_draining() {
             self.keep_alive = false;
         }
+        let cors = self.cors.filter(|_| {
+            !headers
+                .clone()
+                .any(|(name, _)| name.eq_ignore_ascii_case(b"access-control-allow-origin"))
+        });
+        let added: [(&[u8], &[u8]); 2] = [
+            (b"Access-Control-Allow-Origin", cors.unwrap_or_default()),
+            (b"Vary", b"Origin"),
+        ];
+        let added = &added[..if cors.is_some() { 2 } else { 0 }];
         self.scratch.clear();
         response::write_head(
             self.scratch,
@@ -196,7 +210,9 @@ impl<'a> Exchange<'a> {
             reason,
             length,
             self.keep_alive,
-            headers,
+            headers
+                .map(|(n, v)| (n as &[u8], v as &[u8]))
+                .chain(added.iter().copied()),
         );
         let remaining = match length {
             BodyLength::Sized(n) => n,

@@ -49,6 +49,7 @@ use crate::signals::SignalPipe;
 mod accept_pause;
 mod answer;
 mod auth;
+mod cors;
 mod health;
 mod inline;
 mod scrape;
@@ -112,6 +113,8 @@ pub struct EventLoop {
     health_path: Option<String>,
     /// API keys: without one, 401 from the loop.
     api_keys: Option<std::sync::Arc<crate::auth::ApiKeys>>,
+    /// `--cors-allow-origin`.
+    cors: crate::http::cors::Origins,
     /// `--forwarded-allow-ips`.
     trusted_proxies: forwarded::Trusted,
     /// `--metrics`: this worker's counting, and the listener scrapes come to.
@@ -195,6 +198,7 @@ impl EventLoop {
             access_log: None,
             health_path: cfg.cli.health_path.clone(),
             api_keys: cfg.api_keys.clone(),
+            cors: crate::http::cors::Origins::from_values(&cfg.cli.cors_allow_origin),
             trusted_proxies: cfg.cli.forwarded_allow_ips.clone(),
             metrics: None,
             metrics_listener: None,
@@ -711,8 +715,12 @@ impl EventLoop {
         if self.is_health_probe(key, &ready) {
             return self.answer_health(key, ready);
         }
+        if self.is_preflight(key, &ready) {
+            return self.answer_preflight(key, ready);
+        }
+        let cors = self.cors_allowed(key, &ready);
         if !self.is_authorized(key, &ready) {
-            return self.answer_unauthorized(key, ready);
+            return self.answer_unauthorized(key, ready, cors);
         }
         let Some(conn) = self.conns.get_mut(key) else {
             return false;
@@ -740,6 +748,7 @@ impl EventLoop {
             keep_alive,
             peer: Arc::clone(&conn.peer),
             https: false,
+            cors,
             queued_at: self.now,
         };
         conn.deadline = None;

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use super::EventLoop;
 use super::answer::write_own_answer;
+use crate::http::Span;
+use crate::http::cors::Allow;
 use crate::worker::access_log::Entry;
 use crate::worker::connection::Ready;
 
@@ -37,7 +39,12 @@ impl EventLoop {
     /// 401 with `WWW-Authenticate: Bearer` and a JSON body; the connection
     /// stays open for a request with a key. True when it is ready for its
     /// next request now.
-    pub(super) fn answer_unauthorized(&mut self, key: usize, ready: Ready) -> bool {
+    pub(super) fn answer_unauthorized(
+        &mut self,
+        key: usize,
+        ready: Ready,
+        cors: Option<(Allow, Span)>,
+    ) -> bool {
         let draining = self.drain_deadline.is_some();
         let Some(conn) = self.conns.get_mut(key) else {
             self.head_scratch_return(ready.head);
@@ -45,17 +52,20 @@ impl EventLoop {
         };
         let head = &ready.head;
         let keep_alive = head.keep_alive && !draining;
-        write_own_answer(
-            conn,
-            head,
-            401,
-            &[
-                (b"Content-Type", b"application/json"),
-                (b"WWW-Authenticate", b"Bearer"),
-            ],
-            BODY,
-            keep_alive,
-        );
+        // A page of an allowed origin may read why it was refused.
+        let origin = cors.map(|(allow, span)| match allow {
+            Allow::Any => b"*".to_vec(),
+            Allow::Origin => span.get(&conn.rbuf).to_vec(),
+        });
+        let mut headers: Vec<(&[u8], &[u8])> = vec![
+            (b"Content-Type", b"application/json"),
+            (b"WWW-Authenticate", b"Bearer"),
+        ];
+        if let Some(origin) = &origin {
+            headers.push((b"Access-Control-Allow-Origin", origin));
+            headers.push((b"Vary", b"Origin"));
+        }
+        write_own_answer(conn, head, 401, &headers, BODY, keep_alive);
         super::answer::note(
             &mut self.access_log,
             &self.metrics,
