@@ -2,9 +2,6 @@
 //! origin echoed on every response, nothing for other origins; proved on
 //! the wire and in a real browser (Debian's chromium, headless).
 
-#[path = "support/embed.rs"]
-#[allow(dead_code)]
-mod embed;
 mod support;
 #[path = "support/venv.rs"]
 mod venv;
