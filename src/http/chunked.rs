@@ -4,12 +4,14 @@
 //! calls. It is strict where leniency enables smuggling: CRLF only (no bare
 //! CR or LF), hex digits only, sizes that overflow are refused, and the
 //! decoded total is held to the body limit. Chunk extensions and trailer
-//! fields are consumed and discarded.
+//! fields are consumed and discarded; a trailer line must be a field line
+//! (`name: value`), as in the head.
 
 use super::HttpError;
 
 const BAD_SIZE: HttpError = HttpError::new(400, "malformed chunk size");
 const BAD_LINE: HttpError = HttpError::new(400, "malformed chunk line ending");
+const BAD_TRAILER: HttpError = HttpError::new(400, "malformed trailer field");
 const TOO_LARGE: HttpError = HttpError::new(413, "request body too large");
 /// A chunk-size line (extensions included) or trailer line longer than this
 /// is an attack, not a request.
@@ -32,7 +34,9 @@ enum State {
     DataLf,
     /// At the start of a trailer line (or the final empty line).
     TrailerStart,
-    /// Inside a trailer field line.
+    /// Inside a trailer field's name, up to its colon.
+    TrailerName,
+    /// Inside a trailer field's value.
     Trailer,
     /// Saw CR ending a trailer line.
     TrailerLf,
@@ -147,14 +151,30 @@ impl ChunkedDecoder {
             State::TrailerStart => match b {
                 b'\r' => State::EndLf,
                 b'\n' => return Err(BAD_LINE),
-                _ => {
+                // A trailer is a field line, as in the head: a token, a
+                // colon, a value. Anything else is not one.
+                _ if crate::http::response::is_tchar(b) => {
                     self.line_len = 1;
-                    State::Trailer
+                    State::TrailerName
                 }
+                _ => return Err(BAD_TRAILER),
+            },
+            State::TrailerName => match b {
+                b':' => State::Trailer,
+                _ if crate::http::response::is_tchar(b) => {
+                    self.line_len += 1;
+                    if self.line_len > MAX_LINE {
+                        return Err(HttpError::new(431, "trailer field too large"));
+                    }
+                    State::TrailerName
+                }
+                _ => return Err(BAD_TRAILER),
             },
             State::Trailer => match b {
                 b'\r' => State::TrailerLf,
                 b'\n' | 0 => return Err(BAD_LINE),
+                b'\t' => State::Trailer,
+                0..0x20 | 0x7f => return Err(BAD_TRAILER),
                 _ => {
                     self.line_len += 1;
                     if self.line_len > MAX_LINE {
@@ -240,6 +260,12 @@ mod tests {
             b"0\r\n\n",                // bare LF ending the body
             b"0\r\nA: 1\n\r\n",        // bare LF in a trailer
             b"5;a\nb\r\nhello\r\n",    // LF in an extension
+            // Found by tests/fuzz_http.rs: trailer lines that are not
+            // field lines.
+            b"0\r\n0\r\n\r\n",            // no colon
+            b"0\r\nTrailer-Aa 1\r\n\r\n", // a space in the name
+            b"0\r\n: v\r\n\r\n",          // no name
+            b"0\r\nA: b\x01c\r\n\r\n",    // a control byte in the value
         ];
         for shape in bad {
             assert!(

@@ -319,6 +319,11 @@ impl Framing {
             self.content_length = Some(parse_content_length(value)?);
         } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
             self.transfer_encoding = true;
+            // An empty element (`chunked,`, `, chunked`) is where parsers
+            // part ways on framing: refused rather than skipped.
+            if value.split(|&b| b == b',').any(|t| trim(t).is_empty()) {
+                return Err(HttpError::new(400, "malformed Transfer-Encoding"));
+            }
             for coding in tokens(value) {
                 if self.chunked_last {
                     // Anything after chunked means chunked was not last.
@@ -327,10 +332,11 @@ impl Framing {
                 if coding.eq_ignore_ascii_case(b"chunked") {
                     self.chunked_last = true;
                 } else {
+                    // `identity` too: RFC 9112 no longer registers it, and
+                    // a parser that skips it while another does not frames
+                    // the body differently.
                     self.chunked_last = false;
-                    if !coding.eq_ignore_ascii_case(b"identity") {
-                        self.unknown_coding = true;
-                    }
+                    self.unknown_coding = true;
                 }
             }
         } else if name.eq_ignore_ascii_case(b"connection") {
@@ -500,11 +506,16 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(head.body.0, BodyFraming::Chunked);
-        let head =
-            parse_str("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: identity, Chunked\r\n\r\n")
-                .unwrap()
-                .unwrap();
+        let head = parse_str("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: Chunked\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert_eq!(head.body.0, BodyFraming::Chunked);
+        // Found by tests/fuzz_http.rs: `identity` is no coding any more
+        // (h11 refuses it too).
+        assert_eq!(
+            status_of("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: identity, chunked\r\n\r\n"),
+            501
+        );
     }
 
     #[test]
@@ -548,6 +559,14 @@ mod tests {
             )),
             400
         );
+        // Found by tests/fuzz_http.rs: empty list elements.
+        for te in ["chunked,", ", chunked", "gzip,,chunked", ""] {
+            assert_eq!(
+                status_of(&format!("{h}Transfer-Encoding: {te}\r\n\r\n")),
+                400,
+                "{te:?}"
+            );
+        }
         // A coding we do not implement, chunked last.
         assert_eq!(
             status_of(&format!("{h}Transfer-Encoding: gzip, chunked\r\n\r\n")),
