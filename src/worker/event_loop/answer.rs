@@ -4,13 +4,13 @@
 
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::EventLoop;
 use crate::http::head::RequestHead;
 use crate::http::response::{self, BodyLength};
 use crate::worker::access_log::{AccessLog, Entry};
-use crate::worker::connection::Conn;
+use crate::worker::connection::{Conn, Ready};
 use crate::worker::metrics::WorkerMetrics;
 
 /// An answer the loop gives itself, into the connection's `out`: the body
@@ -67,6 +67,51 @@ impl EventLoop {
                 false
             }
         }
+    }
+}
+
+impl EventLoop {
+    /// After the loop wrote its own answer to `ready` into the connection's
+    /// `out`: the access-log line and the count, the request's bytes
+    /// consumed, and the answer sent. True when the connection is ready for
+    /// its next request now.
+    pub(super) fn finish_own_answer(
+        &mut self,
+        key: usize,
+        ready: Ready,
+        status: u16,
+        body_bytes: usize,
+        keep_alive: bool,
+    ) -> bool {
+        let Some(conn) = self.conns.get_mut(key) else {
+            self.head_scratch_return(ready.head);
+            return false;
+        };
+        let head = &ready.head;
+        note(
+            &mut self.access_log,
+            &self.metrics,
+            &Entry {
+                client: &conn.peer.ip,
+                method: head.method.get(&conn.rbuf),
+                target: head.target.get(&conn.rbuf),
+                http_minor: head.http_minor,
+                status,
+                body_bytes: if head.is_head_method {
+                    0
+                } else {
+                    body_bytes as u64
+                },
+                duration: Duration::ZERO,
+                batch: 0,
+                referer: b"",
+                user_agent: b"",
+            },
+            self.now,
+        );
+        conn.rbuf.drain(..ready.consumed);
+        self.head_scratch_return(ready.head);
+        self.send_own_answer(key, keep_alive)
     }
 }
 

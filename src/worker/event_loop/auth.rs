@@ -3,13 +3,10 @@
 //! (answered before this check) and the metrics listener stay open, as do
 //! the paths given with `--api-key-open-path`.
 
-use std::time::Duration;
-
 use super::EventLoop;
 use super::answer::write_own_answer;
 use crate::http::Span;
 use crate::http::cors::Allow;
-use crate::worker::access_log::Entry;
 use crate::worker::connection::Ready;
 
 const BODY: &[u8] = br#"{"error":{"message":"a valid API key is required: send Authorization: Bearer <key>","type":"authentication_error","code":"invalid_api_key"}}"#;
@@ -66,29 +63,6 @@ impl EventLoop {
             headers.push((b"Vary", b"Origin"));
         }
         write_own_answer(conn, head, 401, &headers, BODY, keep_alive);
-        super::answer::note(
-            &mut self.access_log,
-            &self.metrics,
-            &Entry {
-                client: &conn.peer.ip,
-                method: head.method.get(&conn.rbuf),
-                target: head.target.get(&conn.rbuf),
-                http_minor: head.http_minor,
-                status: 401,
-                body_bytes: if head.is_head_method {
-                    0
-                } else {
-                    BODY.len() as u64
-                },
-                duration: Duration::ZERO,
-                batch: 0,
-                referer: b"",
-                user_agent: b"",
-            },
-            self.now,
-        );
-        conn.rbuf.drain(..ready.consumed);
-        self.head_scratch_return(ready.head);
-        self.send_own_answer(key, keep_alive)
+        self.finish_own_answer(key, ready, 401, BODY.len(), keep_alive)
     }
 }

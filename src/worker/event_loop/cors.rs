@@ -3,13 +3,10 @@
 //! it), and a request from an allowed origin carries the origin to its
 //! response, whoever writes it.
 
-use std::time::Duration;
-
 use super::EventLoop;
 use crate::http::Span;
 use crate::http::cors::{self, Allow};
 use crate::http::response::{self, BodyLength};
-use crate::worker::access_log::Entry;
 use crate::worker::connection::Ready;
 
 fn field(buf: &[u8], ready: &Ready, name: &[u8]) -> Option<Span> {
@@ -106,27 +103,8 @@ impl EventLoop {
             headers.into_iter(),
         );
         out.extend_from_slice(text);
-        super::answer::note(
-            &mut self.access_log,
-            &self.metrics,
-            &Entry {
-                client: &conn.peer.ip,
-                method: head.method.get(&conn.rbuf),
-                target: head.target.get(&conn.rbuf),
-                http_minor: head.http_minor,
-                status,
-                body_bytes: text.len() as u64,
-                duration: Duration::ZERO,
-                batch: 0,
-                referer: b"",
-                user_agent: b"",
-            },
-            self.now,
-        );
         conn.out = out;
         conn.out_pos = 0;
-        conn.rbuf.drain(..ready.consumed);
-        self.head_scratch_return(ready.head);
-        self.send_own_answer(key, keep_alive)
+        self.finish_own_answer(key, ready, status, text.len(), keep_alive)
     }
 }

@@ -6,11 +6,8 @@
 //! socket does not take is flushed when it is writable, and the
 //! connection stays open for its next request unless it is draining.
 
-use std::time::Duration;
-
 use super::EventLoop;
 use super::answer::write_own_answer;
-use crate::worker::access_log::Entry;
 use crate::worker::connection::Ready;
 
 impl EventLoop {
@@ -51,29 +48,6 @@ impl EventLoop {
             text,
             keep_alive,
         );
-        super::answer::note(
-            &mut self.access_log,
-            &self.metrics,
-            &Entry {
-                client: &conn.peer.ip,
-                method: head.method.get(&conn.rbuf),
-                target: head.target.get(&conn.rbuf),
-                http_minor: head.http_minor,
-                status,
-                body_bytes: if head.is_head_method {
-                    0
-                } else {
-                    text.len() as u64
-                },
-                duration: Duration::ZERO,
-                batch: 0,
-                referer: b"",
-                user_agent: b"",
-            },
-            self.now,
-        );
-        conn.rbuf.drain(..ready.consumed);
-        self.head_scratch_return(ready.head);
-        self.send_own_answer(key, keep_alive)
+        self.finish_own_answer(key, ready, status, text.len(), keep_alive)
     }
 }
