@@ -97,16 +97,7 @@ fn without_a_key_the_core_answers_401_and_the_plugin_never_sees_it() {
         // Open without a key: the health path, an open path, the metrics.
         assert_eq!(get_with(s.addr, "/healthz", None).status, 200);
         assert_eq!(get_with(s.addr, "/pid", None).status, 200);
-        let metrics = s
-            .log()
-            .lines()
-            .find_map(|l| {
-                l.split("metrics: serving http://")
-                    .nth(1)
-                    .map(str::to_string)
-            })
-            .and_then(|rest| rest.strip_suffix("/metrics")?.parse().ok())
-            .expect("metrics address");
+        let metrics = s.metrics_addr();
         assert_eq!(get_with(metrics, "/metrics", None).status, 200);
         // Refusals are in the access log; no key anywhere in the log.
         assert!(

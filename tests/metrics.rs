@@ -36,13 +36,7 @@ fn serve(extra: &[&str]) -> (Server, SocketAddr) {
     ];
     args.extend_from_slice(extra);
     let s = Server::start(&args);
-    let log = s.log();
-    let metrics = log
-        .lines()
-        .find_map(|l| l.split("metrics: serving http://").nth(1))
-        .and_then(|rest| rest.strip_suffix("/metrics"))
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("no metrics address in:\n{log}"));
+    let metrics = s.metrics_addr();
     (s, metrics)
 }
 

@@ -334,6 +334,17 @@ impl Server {
         None
     }
 
+    /// The `--metrics` listener's address, from the server's
+    /// "metrics: serving" line (a port the kernel picked, with port 0).
+    pub fn metrics_addr(&self) -> SocketAddr {
+        let log = self.log();
+        log.lines()
+            .find_map(|l| l.split("metrics: serving http://").nth(1))
+            .and_then(|rest| rest.strip_suffix("/metrics"))
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("no metrics address in:\n{log}"))
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
     }
