@@ -100,8 +100,10 @@ pub fn main() -> i32 {
         }
     }
     let Some(addr) = findings.addr else { return 1 };
+    let mut inherited = false;
     let bound = match crate::listener::inherited() {
         Ok(Some(fd)) => {
+            inherited = true;
             crate::log::info(format_args!(
                 "socket activation: serving the listener systemd passed (descriptor 3); --host and --port do not apply"
             ));
@@ -130,6 +132,7 @@ pub fn main() -> i32 {
         plugin_path,
         plugin_name: descriptor.name,
         addr: bound,
+        listener_inherited: inherited,
     };
     let metrics = match cfg.cli.metrics {
         Some(at) => match crate::listener::bind(at, 128) {

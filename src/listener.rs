@@ -178,6 +178,41 @@ pub fn inherited() -> Result<Option<OwnedFd>, BindError> {
     Ok(Some(fd))
 }
 
+/// Make the listening socket complete no new handshake (a classic BPF
+/// filter that drops every packet reaching it): a stop then drains a
+/// backlog that cannot grow, and a client connecting meanwhile is refused
+/// once the listener closes, before it could send a request. The filter is
+/// the socket's, so every process sharing it sees it.
+pub fn refuse_new_connections(fd: &OwnedFd) -> std::io::Result<()> {
+    // BPF_RET | BPF_K with k = 0: keep no byte of any packet.
+    let mut drop_all = [libc::sock_filter {
+        code: 0x06,
+        jt: 0,
+        jf: 0,
+        k: 0,
+    }];
+    let program = libc::sock_fprog {
+        len: 1,
+        filter: drop_all.as_mut_ptr(),
+    };
+    // SAFETY: a valid one-instruction program that lives across the call;
+    // the kernel copies it.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            (&program as *const libc::sock_fprog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

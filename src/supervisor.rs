@@ -44,6 +44,9 @@ pub struct Plan {
     pub plugin_path: PathBuf,
     pub plugin_name: String,
     pub addr: std::net::SocketAddr,
+    /// The listener came from systemd (socket activation): it outlives
+    /// this server, and the next one takes over its backlog.
+    pub listener_inherited: bool,
 }
 
 struct Slot {
@@ -463,6 +466,18 @@ impl Supervisor<'_> {
         // once; kept open, it would accept them into a backlog that no one
         // serves and reset them at exit. A SIGHUP reload keeps it: the new
         // workers need it.
+        // Before anyone lets go of the listener, it stops completing new
+        // handshakes (the workers then drain a backlog that can no longer
+        // grow): a connection that completed between a worker's last
+        // accept and the listener's close was reset, failing a request the
+        // client had already sent. A listener systemd holds is left alone:
+        // its backlog is the next server's.
+        if let Some(listener) = &self.listener
+            && !self.plan.listener_inherited
+            && let Err(e) = crate::listener::refuse_new_connections(listener)
+        {
+            crate::log::debug(format_args!("cannot stop the listener's handshakes: {e}"));
+        }
         self.listener = None;
         if let Some((_, listener)) = &mut self.metrics {
             *listener = None;

@@ -535,3 +535,104 @@ fn workers_leave_when_the_supervisor_is_killed() {
         "workers outlived the supervisor: {pids:?}"
     );
 }
+
+/// Keep-alive clients that send their next request as soon as they have
+/// an answer, and never retry: one that reads no answer to a request it
+/// sent counts a failure. A connection the server answers with
+/// `Connection: close` is replaced by a new one, as a client must.
+fn busy_clients(
+    addr: std::net::SocketAddr,
+    n: usize,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<std::thread::JoinHandle<(usize, usize)>> {
+    use std::sync::atomic::Ordering;
+    (0..n)
+        .map(|_| {
+            let stop = std::sync::Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let (mut ok, mut failed) = (0, 0);
+                let mut conn: Option<Client> = None;
+                while !stop.load(Ordering::Relaxed) {
+                    let c = match conn.as_mut() {
+                        Some(c) => c,
+                        None => match TcpStream::connect(addr) {
+                            Ok(s) => {
+                                s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                                conn.insert(Client::from_stream(s))
+                            }
+                            // Refused once a stop has closed the listener:
+                            // no request was sent.
+                            Err(_) => break,
+                        },
+                    };
+                    if c.stream
+                        .write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+                        .is_err()
+                    {
+                        failed += 1;
+                        conn = None;
+                        continue;
+                    }
+                    match c.read_response(false) {
+                        Some(r) if r.status == 200 => {
+                            ok += 1;
+                            if r.header("connection") == Some("close") {
+                                conn = None;
+                            }
+                        }
+                        _ => {
+                            failed += 1;
+                            conn = None;
+                        }
+                    }
+                }
+                (ok, failed)
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn busy_keep_alive_clients_lose_no_request_to_a_reload_or_a_stop() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let mut s = start(&["--workers", "2"]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients = busy_clients(s.addr, 8, Arc::clone(&stop));
+    std::thread::sleep(Duration::from_millis(500));
+    s.signal(libc::SIGHUP);
+    for index in 0..2 {
+        assert!(
+            s.wait_for_log(&format!("worker {index} replaced"), Duration::from_secs(30)),
+            "{}",
+            s.log()
+        );
+    }
+    assert_eq!(
+        s.wait_for_log_count("drained:", 2, Duration::from_secs(30)),
+        2,
+        "{}",
+        s.log()
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    // Then a stop with the clients still sending: each ends when its
+    // reconnect is refused.
+    s.signal(libc::SIGTERM);
+    let status = s.wait_exit(Duration::from_secs(30));
+    stop.store(true, Ordering::Relaxed);
+    let (mut ok, mut failed) = (0, 0);
+    for c in clients {
+        let (o, f) = c.join().unwrap();
+        ok += o;
+        failed += f;
+    }
+    assert_eq!(status.and_then(|st| st.code()), Some(0), "{}", s.log());
+    assert!(ok > 100, "only {ok} requests answered");
+    assert_eq!(
+        failed,
+        0,
+        "{failed} of {} requests failed\n{}",
+        ok + failed,
+        s.log()
+    );
+}

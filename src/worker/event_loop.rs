@@ -77,6 +77,9 @@ const SWEEP_EVERY: Duration = Duration::from_millis(250);
 /// How long a draining worker waits for the first request of a connection
 /// it accepted just before the drain (at most `--header-timeout`).
 const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(2);
+/// How long a draining worker keeps an idle keep-alive connection open for
+/// a request its client may already have sent (at most `--idle-timeout`).
+const NEXT_REQUEST_GRACE: Duration = Duration::from_millis(500);
 
 pub struct Timeouts {
     pub header: Option<Duration>,
@@ -422,30 +425,29 @@ impl EventLoop {
         }
         self.close_metrics_listener();
         self.accept_owed = false;
-        // An idle connection that has been answered before is closed: its
-        // client retries on a new one, as it must for any keep-alive close.
-        // One accepted but not yet heard from is not idle but early (its
-        // request is usually on the wire: closing it fails a request the
-        // client cannot know to retry), so it keeps a short grace to send
-        // its head, which is then answered with `Connection: close`.
-        let grace = self
+        // No idle connection is closed at once: its client may have sent
+        // its next request already (a busy keep-alive client always has one
+        // on the wire), and closing under it fails a request that a client
+        // such as wrk, or any non-idempotent one, does not retry. So each
+        // keeps a short grace to send one more head, answered with
+        // `Connection: close`, and is closed quietly if none comes. One
+        // accepted but not yet heard from (its request is usually on the
+        // wire) gets the longer first-request grace.
+        let now = Instant::now();
+        let first = self
             .timeouts
             .header
             .map_or(FIRST_REQUEST_GRACE, |t| t.min(FIRST_REQUEST_GRACE));
-        let by = Instant::now() + grace;
-        let mut idle = Vec::new();
-        for (key, conn) in self.conns.iter_mut() {
+        let next = self
+            .timeouts
+            .idle
+            .map_or(NEXT_REQUEST_GRACE, |t| t.min(NEXT_REQUEST_GRACE));
+        for (_, conn) in self.conns.iter_mut() {
             if !conn.is_idle() {
                 continue;
             }
-            if conn.served > 0 {
-                idle.push(key);
-            } else {
-                conn.deadline = Some(conn.deadline.map_or(by, |d| d.min(by)));
-            }
-        }
-        for key in idle {
-            self.close(key);
+            let by = now + if conn.served > 0 { next } else { first };
+            conn.deadline = Some(conn.deadline.map_or(by, |d| d.min(by)));
         }
         crate::log::debug(format_args!(
             "draining: {} connection(s) open, {} request(s) in flight",

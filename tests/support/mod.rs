@@ -442,6 +442,15 @@ impl Client {
         }
     }
 
+    /// A client over a stream the caller connected.
+    pub fn from_stream(stream: TcpStream) -> Client {
+        let _ = stream.set_nodelay(true);
+        Client {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
     pub fn send(&mut self, bytes: &[u8]) {
         self.stream.write_all(bytes).expect("send");
     }
