@@ -321,6 +321,7 @@ impl EventLoop {
                 pool: &mut self.pool,
                 loop_calls: self.loop_calls.as_mut(),
                 in_flight: self.in_flight,
+                share: self.share.as_ref(),
             };
             self.controller.tick(&mut worker, now);
         }
@@ -1022,6 +1023,11 @@ impl EventLoop {
             Some(_) => "call path: loop calls on, as decided at the start".into(),
             None => "call path: the pool, as decided at the start".into(),
         }
+    }
+
+    /// What the pool concluded and why, for the closing line.
+    pub fn pool_summary(&self) -> String {
+        self.controller.pool_summary()
     }
 
     pub fn loop_caller(&self) -> LoopCaller {
