@@ -410,6 +410,14 @@ impl Controller {
         self.mode.measured()
     }
 
+    /// Whether sibling workers share this worker's CPUs: then it ticks
+    /// while only loop calls are in flight too, so that what they use of
+    /// the CPUs reaches the siblings' controllers (a worker that went
+    /// unmeasured let its sibling count every CPU as its own).
+    pub fn shares_cpus(&self) -> bool {
+        self.plan.adaptive && self.plan.workers > 1
+    }
+
     /// Loop calls suspended by the controller right now.
     pub fn loop_calls_suspended(&self) -> bool {
         self.mode.suspended()

@@ -313,9 +313,11 @@ impl EventLoop {
         }
         let now = self.now;
         // While only loop calls are in flight the pool has nothing to size,
-        // unless the controller measures loop calls against it.
+        // unless the controller measures loop calls against it or publishes
+        // the worker's load for siblings on the same CPUs.
         if self.pool_in_flight() > 0
-            || (self.in_flight > 0 && self.controller.measures_loop_calls())
+            || (self.in_flight > 0
+                && (self.controller.measures_loop_calls() || self.controller.shares_cpus()))
         {
             let mut worker = adaptive::Worker {
                 pool: &mut self.pool,
