@@ -182,6 +182,7 @@ fn report(cfg: &Config, f: &Findings, exit: i32) -> String {
                 .num("initial", p.initial)
                 .num("min", p.min)
                 .num("max", p.max)
+                .num("workers_sharing_cpus", p.workers)
                 .str("reason", &p.reason);
         }
         None => {
