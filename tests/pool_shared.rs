@@ -124,7 +124,7 @@ fn two_workers_on_two_cpus_grow_for_a_view_that_sleeps_and_answer_a_fast_request
     // 32 clients of 50 ms sleeps; half-way, a fast request on a
     // connection of its own, which reports how many sleeps its worker had
     // in progress when it was answered.
-    let clients = load(&s, 32, 40, "/sleep50");
+    let clients = load(&s, 32, 60, "/sleep50");
     while s.log_count("handler pool: ") < 4 {
         // Until the pools have grown a little: each change is a log line.
         std::thread::sleep(Duration::from_millis(20));

@@ -334,6 +334,9 @@ pub struct Controller {
     not_repeated: u64,
     /// Why the pool has its size, for the closing line.
     conclusion: String,
+    /// Requests that waited on average in the last window while every
+    /// busy thread was blocked: how far a step up may go at once.
+    blocked_step: usize,
 }
 
 impl Controller {
@@ -365,6 +368,7 @@ impl Controller {
             stalls_runnable: 0,
             lost: [None; 2],
             not_repeated: 0,
+            blocked_step: 0,
             conclusion: format!("as started ({})", plan.reason),
             plan,
         }
@@ -450,10 +454,12 @@ impl Controller {
         why: &str,
     ) {
         // Steps of an eighth, so a pool for many blocked calls gets there in
-        // seconds, not minutes.
+        // seconds, not minutes; up to doubling while every busy thread is
+        // blocked and requests wait for one (a sleeping view under 32
+        // clients took seconds to climb from one thread by eighths).
         let step = (target / 8).max(1);
         let size = match direction {
-            Direction::Up => (target + step).min(self.plan.max),
+            Direction::Up => (target + step.max(self.blocked_step.min(target))).min(self.plan.max),
             Direction::Down => target.saturating_sub(step).max(self.plan.min.max(1)),
         };
         self.probe = Some(Probe {
@@ -616,10 +622,18 @@ impl Controller {
         let saturated = cpu_share >= CPU_SATURATED
             || siblings.is_some_and(|s| (cpu_used + s.cpu) / cpus >= CPU_SATURATED)
             || waits_for_cpu;
+        self.blocked_step = match threads {
+            Some(t) if t.blocked >= 0.5 && t.blocked >= busy_threads - 0.5 => {
+                (in_flight - busy_threads).max(0.0).round() as usize
+            }
+            _ => 0,
+        };
         // Room for another runnable thread in the share, or threads that
-        // block: what a step up can help with.
-        let up_room =
-            threads.is_none_or(|t| t.blocked >= 0.5 || t.runnable + 1.0 <= share + OVER_SHARE);
+        // block: what a step up can help with. The worker's own demand
+        // counts the thread leading the loop too, which computes loop
+        // calls beside the pool.
+        let up_room = threads
+            .is_none_or(|t| t.blocked >= 0.5 || t.runnable.max(demand) + 1.0 <= share + OVER_SHARE);
         // Mean time a request spent in the pool (queued + served).
         let latency = (service + end.queue_wait_ns.saturating_sub(start.queue_wait_ns) as f64)
             / completions.max(1) as f64;
