@@ -93,7 +93,7 @@ GROUPS = os.environ.get("POOL_GROUPS", "pinned,unpinned,x2").split(",")
 UNPINNED_DURATION = 6
 
 
-def run_groups(mod, opts, path: str, body: bytes, sweep1: list, sweep2: list) -> "h.Report":
+def run_groups(title: str, opts, path: str, body: bytes, sweep1: list, sweep2: list) -> "h.Report":
     """The three groups of the module docstring, one harness run each, in
     one table; `sweep1`/`sweep2`: the fixed sizes of the unpinned groups
     with one worker and with two."""
@@ -110,7 +110,7 @@ def run_groups(mod, opts, path: str, body: bytes, sweep1: list, sweep2: list) ->
     merged = None
     for prefix, srvs, lds, conns, duration in groups:
         sub = types.SimpleNamespace(
-            __name__=mod.__name__, TITLE=mod.TITLE, SERVERS=srvs, LOADS=lds,
+            __name__="pool", TITLE=title, SERVERS=srvs, LOADS=lds,
             ANCHOR=prefix + "adaptive", ROUNDS=ROUNDS, DURATION=DURATION, WARMUP=WARMUP,
             verdict=lambda summary, c=conns, p=prefix: verdict(summary, c, p))
         sub_opts = opts

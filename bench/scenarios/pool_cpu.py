@@ -20,4 +20,4 @@ verdict = _pool.verdict
 
 
 def run(opts):
-    return _pool.run_groups(sys.modules[__name__], opts, "/cpu", b"done\n", [1, 2, 4], [1, 2, 3])
+    return _pool.run_groups(TITLE, opts, "/cpu", b"done\n", [1, 2, 4], [1, 2, 3])

@@ -20,4 +20,4 @@ verdict = _pool.verdict
 
 
 def run(opts):
-    return _pool.run_groups(sys.modules[__name__], opts, "/hash", b"hashed\n", [1, 2, 4], [1, 2, 3])
+    return _pool.run_groups(TITLE, opts, "/hash", b"hashed\n", [1, 2, 4], [1, 2, 3])

@@ -20,4 +20,4 @@ verdict = _pool.verdict
 
 
 def run(opts):
-    return _pool.run_groups(sys.modules[__name__], opts, "/sleep", b"slept\n", [8, 16, 32], [4, 8, 16])
+    return _pool.run_groups(TITLE, opts, "/sleep", b"slept\n", [8, 16, 32], [4, 8, 16])
