@@ -173,6 +173,7 @@ fn init_in_probe(plugin: &Plugin) -> Result<Calls, PluginError> {
         &plugin.descriptor,
         cfg.cli.blocking_threads,
         usable,
+        cfg.cli.workers as usize,
         batching.limits.is_some(),
     );
     let host = cfg.cli.host.clone();

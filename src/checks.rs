@@ -327,6 +327,7 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
         &descriptor,
         cli.blocking_threads,
         f.usable_cpus,
+        cli.workers as usize,
         batch_plan.limits.is_some(),
     );
     f.batching = Some(batch_plan);

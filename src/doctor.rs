@@ -192,6 +192,7 @@ fn report(cfg: &Config, f: &Findings, exit: i32, sd_notify: Option<&str>) -> Str
                 .num("initial", p.initial)
                 .num("min", p.min)
                 .num("max", p.max)
+                .num("workers_sharing_cpus", p.workers)
                 .str("reason", &p.reason);
         }
         None => {

@@ -3,14 +3,17 @@
 //! adopted by descriptor after exec).
 //!
 //! Each worker publishes its own line; every worker reads its siblings' to
-//! choose where a new connection goes (see `worker/accept_share.rs`).
+//! choose where a new connection goes (see `worker/accept_share.rs`), and
+//! the adaptive pool controllers of workers on the same CPUs read each
+//! other's load to size their pools together (`worker/adaptive.rs`).
 
 use std::os::fd::{OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::memfd_map::{self, MemfdMap};
 
-/// A worker's line. 64 bytes: no false sharing between workers.
+/// A worker's line. 128 bytes, two cache lines: no false sharing between
+/// workers.
 #[repr(C, align(64))]
 pub struct WorkerLine {
     /// 0 while parked; the monotonic ns a loop pass started while in one;
@@ -24,11 +27,23 @@ pub struct WorkerLine {
     pub passed: AtomicU64,
     pub received: AtomicU64,
     pub pid: AtomicU64,
-    _pad: AtomicU64,
+    /// The pool controller's last window, in thousandths: CPUs the whole
+    /// worker used, and CPUs its handler threads wanted (used plus time
+    /// runnable but waiting for a CPU).
+    pub cpu_milli: AtomicU64,
+    pub demand_milli: AtomicU64,
+    /// Handler threads the controller has set.
+    pub pool_threads: AtomicU64,
+    /// Monotonic ns of that window's end (0: never): a sibling whose pool
+    /// has not measured for a while is not counted.
+    pub pool_at_ns: AtomicU64,
+    _pad: [AtomicU64; 5],
 }
 
+const _: () = assert!(size_of::<WorkerLine>() == 128);
+
 pub const LEAVING: u64 = u64::MAX;
-const MAGIC: u64 = 0x6d30_7061_6765_0001; // "m0page" v1
+const MAGIC: u64 = 0x6d30_7061_6765_0002; // "m0page" v2
 
 #[repr(C, align(64))]
 struct Header {

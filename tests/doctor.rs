@@ -243,6 +243,15 @@ fn doctor_reports_the_plugin_topology_and_limits() {
     assert_eq!(j["topology"]["worker_mode"], "fork");
     assert_eq!(j["topology"]["accept_sharing"], true);
     assert_eq!(j["topology"]["handler_threads"]["source"], "adaptive");
+    // Both workers run on the supervisor's CPUs: their pools size together.
+    assert_eq!(j["topology"]["handler_threads"]["workers_sharing_cpus"], 2);
+    assert!(
+        j["topology"]["handler_threads"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("the pools size together from the shared page"),
+        "{j:#}"
+    );
     assert!(j["topology"]["usable_cpus"].as_u64().unwrap() >= 1);
     assert_eq!(j["server"]["max_body"], 1 << 20);
     assert_eq!(j["plugin"]["declares_inline"], true);

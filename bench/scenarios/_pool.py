@@ -1,6 +1,16 @@
 """Shared by pool_cpu, pool_release and pool_sleep: the adaptive handler pool
-against fixed sizes 1, 2, 4, 8 on one WSGI view, one worker pinned to CPU 0,
-wrk on CPU 1 at 8 and 64 connections, alternated in one run.
+against fixed sizes on one WSGI view, in three groups, each alternated in
+one run and judged against the best fixed size of its own sweep:
+
+- "x1 CPU 0": one worker pinned to CPU 0, wrk on CPU 1, 8 and 64
+  connections, fixed sizes 1, 2, 4, 8 (and a "loop calls" row);
+- "x1 unpinned": one worker with both CPUs (2 usable CPUs per worker),
+  wrk unpinned too, 8 and 32 connections;
+- "x2": `--workers 2` unpinned (the workers share the two CPUs), wrk
+  unpinned, 8 and 32 connections.
+
+The unpinned groups sweep the sizes each scenario names (`sweep`): per
+worker, so "x2 fixed 1" is one thread in each of the two workers.
 
 The target (SPEC P9): the adaptive pool reaches at least 0.95x the best fixed
 size's req/s on every view, with a p99 no worse than the best fixed size's
@@ -15,7 +25,9 @@ does not read it.
 """
 
 import os
+import types
 
+import harness as h
 from harness import M0SERVE, Load, Server, fmt_ratio
 
 # POOL_SIZES=adaptive,1,2 narrows a run while tuning (never for a recorded one).
@@ -27,11 +39,13 @@ DURATION = 8
 WARMUP = 3  # the adaptive pool settles within the warm-up
 
 
-def servers(path: str, body: bytes) -> list:
+def servers(path: str, body: bytes, sizes=None, prefix: str = "", workers: int = 1,
+            cpus: str | None = "0") -> list:
     out = []
-    for size in SIZES:
+    for size in sizes or SIZES:
+        size = str(size)
         cmd = [str(M0SERVE), "--plugin", "wsgi", "--app-dir", "{root}/tests/apps",
-               "--host", "127.0.0.1", "--port", "{port}", "--workers", "1"]
+               "--host", "127.0.0.1", "--port", "{port}", "--workers", str(workers)]
         if size == "loop":
             name = "loop calls"
         elif size == "adaptive":
@@ -41,7 +55,8 @@ def servers(path: str, body: bytes) -> list:
             name = f"fixed {size}"
             cmd += ["--no-inline", "--blocking-threads", size]
         cmd.append("pool_app:application")
-        out.append(Server(name, cmd, cpus="0", expect=body, path=path))
+        out.append(Server(prefix + name, cmd, cpus=cpus, expect=body, path=path,
+                          unpinned_load=cpus is None))
     return out
 
 
@@ -54,19 +69,60 @@ def loads(path: str) -> list:
 TIE = 0.03
 
 
-def verdict(summary, conns_list=(8, 64)) -> str:
+def verdict(summary, conns_list=(8, 64), prefix: str = "") -> str:
     parts = []
     for conns in conns_list:
         fixed = [(name, s) for (name, c), s in summary.items()
-                 if c == conns and name.startswith("fixed")]
+                 if c == conns and name.startswith(prefix + "fixed")]
         top = max(s["rps"] for _, s in fixed)
         ties = [(name, s) for name, s in fixed if s["rps"] >= top * (1 - TIE)]
         best_name, best = min(ties, key=lambda kv: kv[1]["p99"])
-        a = summary[("adaptive", conns)]
+        a = summary[(prefix + "adaptive", conns)]
         rps = a["rps"] / best["rps"]
         p99 = a["p99"] / best["p99"]
         ok = rps >= 0.95 and p99 <= 1.10
         parts.append(f"c{conns} {'met' if ok else '**not met**'}: adaptive {fmt_ratio(rps)} the req/s "
                      f"of the best fixed size ({best_name}), p99 {fmt_ratio(p99)} of its p99")
-    return ("Target (>= 0.95x req/s, p99 <= 1.10x, against the best fixed size: of the sizes within "
+    return (f"{prefix.strip() or 'x1 CPU 0'}: target (>= 0.95x req/s, p99 <= 1.10x, against the best fixed size: of the sizes within "
             f"{TIE:.0%} of the top req/s, the one with the lowest p99): " + "; ".join(parts) + ".")
+
+
+# POOL_GROUPS=x2 narrows a run while tuning (never for a recorded one).
+GROUPS = os.environ.get("POOL_GROUPS", "pinned,unpinned,x2").split(",")
+# The unpinned groups' measured runs: shorter, as they add 16 runs each.
+UNPINNED_DURATION = 6
+
+
+def run_groups(title: str, opts, path: str, body: bytes, sweep1: list, sweep2: list) -> "h.Report":
+    """The three groups of the module docstring, one harness run each, in
+    one table; `sweep1`/`sweep2`: the fixed sizes of the unpinned groups
+    with one worker and with two."""
+    unpinned_loads = [Load(conns=8, path=path, cpus=None), Load(conns=32, path=path, cpus=None)]
+    groups = []
+    if "pinned" in GROUPS:
+        groups.append(("", servers(path, body), loads(path), (8, 64), None))
+    if "unpinned" in GROUPS:
+        groups.append(("x1 unpinned ", servers(path, body, ["adaptive", *sweep1], "x1 unpinned ", 1, None),
+                       unpinned_loads, (8, 32), UNPINNED_DURATION))
+    if "x2" in GROUPS:
+        groups.append(("x2 ", servers(path, body, ["adaptive", *sweep2, "loop"], "x2 ", 2, None),
+                       unpinned_loads, (8, 32), UNPINNED_DURATION))
+    merged = None
+    for prefix, srvs, lds, conns, duration in groups:
+        sub = types.SimpleNamespace(
+            __name__="pool", TITLE=title, SERVERS=srvs, LOADS=lds,
+            ANCHOR=prefix + "adaptive", ROUNDS=ROUNDS, DURATION=DURATION, WARMUP=WARMUP,
+            verdict=lambda summary, c=conns, p=prefix: verdict(summary, c, p))
+        sub_opts = opts
+        if duration and not opts.duration and not opts.quick:
+            sub_opts = types.SimpleNamespace(**{**vars(opts), "duration": duration})
+        report = h.throughput(sub, sub_opts)
+        if merged is None:
+            merged = report
+            merged.setup = [f"Group {prefix.strip() or 'x1 CPU 0'}: {line}" if i < 2 else line
+                            for i, line in enumerate(report.setup)]
+        else:
+            merged.rows += report.rows
+            merged.setup += [f"Group {prefix.strip()}: {line}" for line in report.setup[:2]]
+            merged.notes += report.notes
+    return merged

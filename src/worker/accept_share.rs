@@ -23,6 +23,20 @@ use crate::shared_page::{LEAVING, SharedPage, WorkerLine};
 
 /// A sibling inside one loop pass for longer than this is skipped.
 const BUSY_NS: u64 = 10_000_000;
+/// A sibling's pool load older than this is not counted: its controller
+/// stopped measuring (nothing in its pool), so it wants no handler CPU.
+const POOL_FRESH_NS: u64 = 1_000_000_000;
+
+/// What the pools of the other workers published, summed over those that
+/// measured lately (see `shared_page::WorkerLine`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SiblingPools {
+    pub workers: usize,
+    /// CPUs they used, and CPUs their handler threads wanted.
+    pub cpu: f64,
+    pub demand: f64,
+    pub threads: usize,
+}
 
 pub struct AcceptShare {
     page: SharedPage,
@@ -257,6 +271,39 @@ impl AcceptShare {
         self.received.set(self.received.get() + 1);
         self.me().received.fetch_add(1, Ordering::Relaxed);
         Ok(owned.pop().map(|fd| (fd, peer)))
+    }
+
+    /// This worker's pool load, for its siblings' controllers.
+    pub fn publish_pool(&self, cpu: f64, demand: f64, threads: usize, now_ns: u64) {
+        let me = self.me();
+        let milli = |x: f64| (x.max(0.0) * 1000.0).round() as u64;
+        me.cpu_milli.store(milli(cpu), Ordering::Relaxed);
+        me.demand_milli.store(milli(demand), Ordering::Relaxed);
+        me.pool_threads.store(threads as u64, Ordering::Relaxed);
+        me.pool_at_ns.store(now_ns.max(1), Ordering::Release);
+    }
+
+    /// The other workers' pool loads, published within `POOL_FRESH_NS`
+    /// by workers not leaving. Every worker inherits the supervisor's CPU
+    /// affinity, so they all share the CPUs this one may use.
+    pub fn sibling_pools(&self, now_ns: u64) -> SiblingPools {
+        let mut sum = SiblingPools::default();
+        for j in (0..self.page.workers()).filter(|&j| j != self.index) {
+            let line = self.page.line(j);
+            let at = line.pool_at_ns.load(Ordering::Acquire);
+            if at == 0
+                || now_ns.saturating_sub(at) > POOL_FRESH_NS
+                || line.pid.load(Ordering::Relaxed) == 0
+                || line.state.load(Ordering::Relaxed) == LEAVING
+            {
+                continue;
+            }
+            sum.workers += 1;
+            sum.cpu += line.cpu_milli.load(Ordering::Relaxed) as f64 / 1000.0;
+            sum.demand += line.demand_milli.load(Ordering::Relaxed) as f64 / 1000.0;
+            sum.threads += line.pool_threads.load(Ordering::Relaxed) as usize;
+        }
+        sum
     }
 
     /// Accepted, passed, received: for the log at shutdown.

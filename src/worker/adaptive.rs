@@ -3,8 +3,13 @@
 //! Three rules, cheapest first:
 //!
 //! 1. Starvation (the .NET thread pool's injection path, sped up): requests
-//!    queued, every thread busy, nothing completed for `STALL`: the threads
-//!    are blocked, not computing, so add one at once.
+//!    queued, every thread busy, nothing completed for `STALL`, and the
+//!    kernel's clocks of the handler threads (schedstat) say they were
+//!    neither on a CPU nor waiting for one for `STALL_CONFIRM` more: the
+//!    threads are blocked, not computing, so add one at once. Threads that
+//!    wait for a CPU look the same from the pool's counters alone (two
+//!    workers on two CPUs grew to sixteen threads each that way), and more
+//!    of them only make every call slower.
 //! 2. Lock contention: when handler threads spend more than `LOCK_SHRINK` of
 //!    their time waiting for the plugin's process-wide lock (the WSGI
 //!    plugin reports GIL waits), threads are only queueing for the lock:
@@ -26,6 +31,30 @@
 //!    thread fewer makes requests wait a whole call, and a single 200 ms
 //!    trial put that in the p99 of a 10 s run.
 //!
+//! Every window also splits the handler threads' time by the kernel's
+//! clocks: runnable (on a CPU, or waiting for one), waiting for the
+//! plugin's lock (reported by the plugin), and blocked (the rest of the
+//! time they were busy: a system call, a lock held across I/O). Blocked
+//! threads are what more threads help with; runnable ones need CPUs. The
+//! worker's share of the CPUs is all of its usable CPUs, or, when sibling
+//! workers on the same CPUs published their load on the shared page, the
+//! larger of an equal split and its part of what they all want. So:
+//!
+//! - Over its share: more runnable threads than its share of CPUs (by
+//!   `OVER_SHARE`), which wait for a CPU (`CPU_WAIT`), is shed at once,
+//!   down to its share plus the threads that were blocked. Across workers
+//!   this gives a CPU-bound view about one thread per CPU in all, where
+//!   each worker's own probes would have kept its threads: under the
+//!   kernel's per-thread fairness a worker with fewer threads gets less
+//!   of the CPUs, so a step down always looks like a loss from inside.
+//! - A step up is tried only with room for another runnable thread in the
+//!   share, or with threads blocked: a sleeping view still grows to what
+//!   its clients need, with any number of workers.
+//! - A probe that lost is not tried again from the same size while the
+//!   load (calls in flight, completions per second) has not changed by a
+//!   quarter, for up to `LOST_MEMORY`: it would lose again, and each trial
+//!   costs the p99 of its window.
+//!
 //! Threads added are retired one at a time once, for `IDLE_RETIRE`,
 //! nothing has queued and some thread was always free.
 //!
@@ -37,8 +66,10 @@ mod mode;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use super::accept_share::{AcceptShare, SiblingPools};
 use super::loop_calls::LoopCalls;
 use super::pool::Pool;
+use super::schedstat::Clock;
 use super::sizing::PoolPlan;
 use crate::plugin::host::LOCK_WAIT_NS;
 
@@ -53,6 +84,8 @@ pub struct Counters {
     pub cpu_ns: u64,
     /// Loop calls made (not in `completed`, which counts the pool's).
     pub loop_calls: u64,
+    /// The handler threads' summed scheduler clocks (`Tunable::thread_clock`).
+    pub clock: Option<Clock>,
 }
 
 /// What the controller reads and moves: the pool in the server, a queueing
@@ -80,6 +113,19 @@ pub trait Tunable {
     /// Send every call to the pool (true), or let loop calls resume (also
     /// when they are on but the pool has had every call since a hand-off).
     fn suspend_loop_calls(&mut self, suspended: bool, now: Instant);
+    /// The handler threads' summed time on a CPU and waiting for one
+    /// (schedstat), as running totals; `None` where the kernel keeps none.
+    fn thread_clock(&self) -> Option<Clock> {
+        None
+    }
+    /// What the pools of sibling workers on the same CPUs published
+    /// lately; `None` for a worker without siblings.
+    fn siblings(&self) -> Option<SiblingPools> {
+        None
+    }
+    /// Publish this worker's last window for its siblings: CPUs used, CPUs
+    /// its handler threads wanted, and the pool's size.
+    fn publish(&self, _cpu: f64, _demand: f64, _threads: usize) {}
 }
 
 /// User plus system time of this process, read once per window.
@@ -100,6 +146,8 @@ pub struct Worker<'a> {
     pub loop_calls: Option<&'a mut LoopCalls>,
     /// Calls in flight, loop calls included (the event loop's count).
     pub in_flight: usize,
+    /// The shared page's side of accept sharing: where siblings publish.
+    pub share: Option<&'a AcceptShare>,
 }
 
 impl Tunable for Worker<'_> {
@@ -119,6 +167,19 @@ impl Tunable for Worker<'_> {
             lock_wait_ns: LOCK_WAIT_NS.load(Ordering::Relaxed),
             cpu_ns: process_cpu_ns(),
             loop_calls: stats.loop_calls.load(Ordering::Relaxed),
+            clock: self.pool.thread_clock(),
+        }
+    }
+    fn thread_clock(&self) -> Option<Clock> {
+        self.pool.thread_clock()
+    }
+    fn siblings(&self) -> Option<SiblingPools> {
+        let share = self.share?;
+        Some(share.sibling_pools(crate::plugin::host::monotonic_ns()))
+    }
+    fn publish(&self, cpu: f64, demand: f64, threads: usize) {
+        if let Some(share) = self.share {
+            share.publish_pool(cpu, demand, threads, crate::plugin::host::monotonic_ns());
         }
     }
     fn load(&self) -> (usize, usize) {
@@ -141,6 +202,28 @@ impl Tunable for Worker<'_> {
 }
 
 const STALL: Duration = Duration::from_millis(40);
+/// After a stall, how long the busy threads' clocks are watched before a
+/// thread is added: long beside a scheduler's time slice.
+const STALL_CONFIRM: Duration = Duration::from_millis(20);
+/// Busy threads runnable on average, over `STALL_CONFIRM`, below which
+/// they are all blocked: one thread computing (with the plugin's lock, or
+/// kept off its CPU) is not a reason to add another.
+const STALL_RUNNABLE: f64 = 0.5;
+/// Runnable threads past the worker's share of the CPUs, waiting for
+/// one, that are shed without a probe.
+const OVER_SHARE: f64 = 0.5;
+/// Share of the runnable threads' time spent waiting for a CPU from which
+/// the CPUs count as taken (by siblings, the clients, anything else).
+const CPU_WAIT: f64 = 0.2;
+/// How long a probe that lost is not tried again from the same size and
+/// load.
+const LOST_MEMORY: Duration = Duration::from_secs(120);
+/// Change in calls in flight or completions per second that makes a
+/// lost probe worth trying again.
+const LOAD_CHANGED: f64 = 0.25;
+/// Longest gap between ticks counted in the busy-thread averages (the
+/// loop ticks at least every `TICK` while calls are in flight).
+const TICK_GAP_MAX: Duration = Duration::from_millis(50);
 const IDLE_RETIRE: Duration = Duration::from_secs(10);
 /// A measurement window lasts `WINDOW`, or only `WINDOW_MIN` once it holds
 /// `WINDOW_COMPLETIONS`: a probe runs the pool at a size that may be worse,
@@ -192,6 +275,28 @@ struct Probe {
     previous: usize,
     baseline: f64,
     baseline_latency: f64,
+    baseline_in_flight: f64,
+}
+
+/// A probe that lost: from which size, under which load, and when.
+#[derive(Clone, Copy)]
+struct Lost {
+    from: usize,
+    in_flight: f64,
+    rate: f64,
+    at: Instant,
+}
+
+/// The handler threads over one window, from the kernel's clocks, as
+/// average numbers of threads.
+#[derive(Clone, Copy, Debug)]
+struct Threads {
+    /// On a CPU or waiting for one.
+    runnable: f64,
+    /// Waiting for a CPU.
+    waiting: f64,
+    /// Busy, but neither runnable nor waiting for the plugin's lock.
+    blocked: f64,
 }
 
 pub struct Controller {
@@ -215,6 +320,23 @@ pub struct Controller {
     mode: mode::Mode,
     /// The most calls in flight at a tick of the current window.
     peak_in_flight: usize,
+    /// Busy threads and calls in flight integrated over the window (ns).
+    busy_ns: f64,
+    in_flight_ns: f64,
+    last_tick: Instant,
+    /// A stall's start and the busy threads' clocks then.
+    stall_mark: Option<(Instant, Clock)>,
+    /// Stalls not grown for: the busy threads were runnable.
+    stalls_runnable: u64,
+    /// The last probe that lost, by direction (up, down).
+    lost: [Option<Lost>; 2],
+    /// Probes not started since they lost at the same size and load.
+    not_repeated: u64,
+    /// Why the pool has its size, for the closing line.
+    conclusion: String,
+    /// Requests that waited on average in the last window while every
+    /// busy thread was blocked: how far a step up may go at once.
+    blocked_step: usize,
 }
 
 impl Controller {
@@ -239,8 +361,47 @@ impl Controller {
             next_direction: Direction::Up,
             mode: mode::Mode::new(measure_loop_calls && plan.adaptive, now),
             peak_in_flight: 0,
+            busy_ns: 0.0,
+            in_flight_ns: 0.0,
+            last_tick: now,
+            stall_mark: None,
+            stalls_runnable: 0,
+            lost: [None; 2],
+            not_repeated: 0,
+            blocked_step: 0,
+            conclusion: format!("as started ({})", plan.reason),
             plan,
         }
+    }
+
+    /// What the pool concluded and why, for the closing line.
+    pub fn pool_summary(&self) -> String {
+        if !self.plan.adaptive {
+            return format!("pool: {}", self.plan.reason);
+        }
+        format!(
+            "pool: {}; {} stall(s) not grown for (the busy threads were computing or waiting for a CPU); \
+             {} probe(s) not repeated (they had lost at that size and load)",
+            self.conclusion, self.stalls_runnable, self.not_repeated
+        )
+    }
+
+    /// A probe in `direction` from `target` lost lately under this load.
+    fn lost_lately(
+        &self,
+        direction: Direction,
+        target: usize,
+        in_flight: f64,
+        rate: f64,
+        now: Instant,
+    ) -> bool {
+        let near = |a: f64, b: f64| (a - b).abs() <= LOAD_CHANGED * b.max(1.0);
+        self.lost[direction as usize].is_some_and(|l| {
+            l.from == target
+                && now.duration_since(l.at) < LOST_MEMORY
+                && near(in_flight, l.in_flight)
+                && near(rate, l.rate)
+        })
     }
 
     pub fn is_adaptive(&self) -> bool {
@@ -251,6 +412,14 @@ impl Controller {
     /// must tick while only loop calls are in flight.
     pub fn measures_loop_calls(&self) -> bool {
         self.mode.measured()
+    }
+
+    /// Whether sibling workers share this worker's CPUs: then it ticks
+    /// while only loop calls are in flight too, so that what they use of
+    /// the CPUs reaches the siblings' controllers (a worker that went
+    /// unmeasured let its sibling count every CPU as its own).
+    pub fn shares_cpus(&self) -> bool {
+        self.plan.adaptive && self.plan.workers > 1
     }
 
     /// Loop calls suspended by the controller right now.
@@ -268,6 +437,7 @@ impl Controller {
         if size != pool.size().1 {
             pool.resize(size);
             crate::log::debug(format_args!("handler pool: {size} thread(s) ({why})"));
+            self.conclusion = format!("{size} thread(s) since {why}");
         }
         self.last_change = now;
     }
@@ -278,16 +448,18 @@ impl Controller {
         &mut self,
         pool: &mut impl Tunable,
         direction: Direction,
-        (rate, latency): (f64, f64),
+        (rate, latency, in_flight): (f64, f64, f64),
         target: usize,
         now: Instant,
         why: &str,
     ) {
         // Steps of an eighth, so a pool for many blocked calls gets there in
-        // seconds, not minutes.
+        // seconds, not minutes; up to doubling while every busy thread is
+        // blocked and requests wait for one (a sleeping view under 32
+        // clients took seconds to climb from one thread by eighths).
         let step = (target / 8).max(1);
         let size = match direction {
-            Direction::Up => (target + step).min(self.plan.max),
+            Direction::Up => (target + step.max(self.blocked_step.min(target))).min(self.plan.max),
             Direction::Down => target.saturating_sub(step).max(self.plan.min.max(1)),
         };
         self.probe = Some(Probe {
@@ -295,6 +467,7 @@ impl Controller {
             previous: target,
             baseline: rate,
             baseline_latency: latency,
+            baseline_in_flight: in_flight,
         });
         self.set(pool, size, now, why);
     }
@@ -310,9 +483,17 @@ impl Controller {
         }
         let (queued, busy) = pool.load();
         let (live, target) = pool.size();
+        let in_flight = pool.in_flight();
         if self.mode.measured() {
-            self.peak_in_flight = self.peak_in_flight.max(pool.in_flight());
+            self.peak_in_flight = self.peak_in_flight.max(in_flight);
         }
+        let dt = now
+            .saturating_duration_since(self.last_tick)
+            .min(TICK_GAP_MAX)
+            .as_nanos() as f64;
+        self.last_tick = now;
+        self.busy_ns += busy as f64 * dt;
+        self.in_flight_ns += in_flight as f64 * dt;
         // A backlog only counts when no thread is free to take it: a job
         // caught between submit and pickup (one client, a descheduled thread
         // on a busy machine) is not a reason to add threads, and counting it
@@ -327,21 +508,48 @@ impl Controller {
             self.last_needed = now;
         }
 
-        // 1. Starvation.
-        if queued > 0
+        // 1. Starvation, once the clocks say the busy threads sleep.
+        let stalled = queued > 0
             && busy >= live
             && now.duration_since(self.last_progress) >= STALL
-            && target < self.plan.max
-        {
-            self.probe = None;
-            self.set(
-                pool,
-                target + 1,
-                now,
-                "requests waiting, every thread blocked",
-            );
-            self.last_progress = now;
-            return;
+            && target < self.plan.max;
+        if !stalled {
+            self.stall_mark = None;
+        } else {
+            let grow = match (self.stall_mark, pool.thread_clock()) {
+                (_, None) => Some(true),
+                (None, Some(clock)) => {
+                    self.stall_mark = Some((now, clock));
+                    None
+                }
+                (Some((at, before)), Some(clock)) if now.duration_since(at) >= STALL_CONFIRM => {
+                    self.stall_mark = None;
+                    let runnable = (clock.ran + clock.waited)
+                        .saturating_sub(before.ran + before.waited)
+                        as f64
+                        / now.duration_since(at).as_nanos().max(1) as f64;
+                    Some(runnable < STALL_RUNNABLE)
+                }
+                _ => None,
+            };
+            match grow {
+                Some(true) => {
+                    self.probe = None;
+                    self.set(
+                        pool,
+                        target + 1,
+                        now,
+                        "requests waiting, every thread blocked",
+                    );
+                    self.last_progress = now;
+                    return;
+                }
+                Some(false) => {
+                    self.stalls_runnable += 1;
+                    self.last_progress = now;
+                }
+                None => {}
+            }
         }
 
         let open_for = now.duration_since(self.window.at);
@@ -372,9 +580,60 @@ impl Controller {
         } else {
             0.0
         };
-        let cpu_share = end.cpu_ns.saturating_sub(start.cpu_ns) as f64
-            / (seconds.max(1e-3) * 1e9 * self.plan.cpus.max(1) as f64);
-        let saturated = cpu_share >= CPU_SATURATED;
+        let window_ns = seconds.max(1e-3) * 1e9;
+        let cpus = self.plan.cpus.max(1) as f64;
+        let cpu_used = end.cpu_ns.saturating_sub(start.cpu_ns) as f64 / window_ns;
+        let cpu_share = cpu_used / cpus;
+        let busy_threads = std::mem::take(&mut self.busy_ns) / window_ns;
+        let in_flight = std::mem::take(&mut self.in_flight_ns) / window_ns;
+        let threads = match (start.clock, end.clock) {
+            (Some(a), Some(b)) => {
+                let ran = b.ran.saturating_sub(a.ran) as f64 / window_ns;
+                let waiting = b.waited.saturating_sub(a.waited) as f64 / window_ns;
+                let lock = end.lock_wait_ns.saturating_sub(start.lock_wait_ns) as f64 / window_ns;
+                Some(Threads {
+                    runnable: ran + waiting,
+                    waiting,
+                    blocked: (busy_threads - ran - waiting - lock).max(0.0),
+                })
+            }
+            _ => None,
+        };
+        // What this worker's threads want of the CPUs, for the siblings,
+        // and its share of them: every usable CPU without siblings that
+        // measured lately, else at least an equal split.
+        let demand = cpu_used + threads.map_or(0.0, |t| t.waiting);
+        pool.publish(cpu_used, demand, target);
+        let siblings = pool.siblings().filter(|s| s.workers > 0);
+        let share = match siblings {
+            Some(s) => {
+                let equal = cpus / (s.workers + 1) as f64;
+                let total = demand + s.demand;
+                if total > 0.0 {
+                    (cpus * demand / total).max(equal)
+                } else {
+                    equal
+                }
+            }
+            None => cpus,
+        };
+        let waits_for_cpu =
+            threads.is_some_and(|t| t.runnable >= 0.5 && t.waiting >= CPU_WAIT * t.runnable);
+        let saturated = cpu_share >= CPU_SATURATED
+            || siblings.is_some_and(|s| (cpu_used + s.cpu) / cpus >= CPU_SATURATED)
+            || waits_for_cpu;
+        self.blocked_step = match threads {
+            Some(t) if t.blocked >= 0.5 && t.blocked >= busy_threads - 0.5 => {
+                (in_flight - busy_threads).max(0.0).round() as usize
+            }
+            _ => 0,
+        };
+        // Room for another runnable thread in the share, or threads that
+        // block: what a step up can help with. The worker's own demand
+        // counts the thread leading the loop too, which computes loop
+        // calls beside the pool.
+        let up_room = threads
+            .is_none_or(|t| t.blocked >= 0.5 || t.runnable.max(demand) + 1.0 <= share + OVER_SHARE);
         // Mean time a request spent in the pool (queued + served).
         let latency = (service + end.queue_wait_ns.saturating_sub(start.queue_wait_ns) as f64)
             / completions.max(1) as f64;
@@ -419,7 +678,7 @@ impl Controller {
                 // Keep going the same way while it pays.
                 let (more, why) = match probe.direction {
                     Direction::Up => (
-                        queued_in_window && target < self.plan.max,
+                        queued_in_window && target < self.plan.max && up_room,
                         "more threads raised throughput",
                     ),
                     Direction::Down => (
@@ -428,7 +687,14 @@ impl Controller {
                     ),
                 };
                 if more {
-                    self.start_probe(pool, probe.direction, (rate, latency), target, now, why);
+                    self.start_probe(
+                        pool,
+                        probe.direction,
+                        (rate, latency, in_flight),
+                        target,
+                        now,
+                        why,
+                    );
                 } else {
                     self.next_probe = now + self.cooldown;
                 }
@@ -449,6 +715,12 @@ impl Controller {
                     probe.baseline_latency / 1e6
                 );
                 self.set(pool, probe.previous, now, &why);
+                self.lost[probe.direction as usize] = Some(Lost {
+                    from: probe.previous,
+                    in_flight: probe.baseline_in_flight,
+                    rate: probe.baseline,
+                    at: now,
+                });
                 self.next_probe = now + self.cooldown;
                 self.cooldown = (self.cooldown * 2).min(COOLDOWN_MAX);
                 self.next_direction = match probe.direction {
@@ -456,6 +728,38 @@ impl Controller {
                     Direction::Down => Direction::Up,
                 };
             }
+            return;
+        }
+
+        // Runnable threads past the share, waiting for a CPU: shed them,
+        // keeping the share and the threads that block.
+        if let Some(t) = threads
+            && t.runnable > share + OVER_SHARE
+            && waits_for_cpu
+            && target > self.plan.min.max(1)
+        {
+            let excess = ((t.runnable - share).floor() as usize).max(1);
+            let why = match siblings {
+                Some(s) => format!(
+                    "{} workers share {cpus:.0} CPU(s): {:.1} runnable thread(s) here, {:.0}% of their time \
+                     waiting for a CPU, for a share of {share:.1} CPU(s) ({:.1} wanted by the siblings); \
+                     {:.1} blocked",
+                    s.workers + 1,
+                    t.runnable,
+                    100.0 * t.waiting / t.runnable.max(1e-9),
+                    s.demand,
+                    t.blocked
+                ),
+                None => format!(
+                    "{:.1} runnable thread(s) on {cpus:.0} usable CPU(s), {:.0}% of their time waiting \
+                     for one; {:.1} blocked",
+                    t.runnable,
+                    100.0 * t.waiting / t.runnable.max(1e-9),
+                    t.blocked
+                ),
+            };
+            self.set(pool, target.saturating_sub(excess), now, &why);
+            self.next_probe = now + self.cooldown;
             return;
         }
 
@@ -474,14 +778,27 @@ impl Controller {
         // 3a. Try more threads while requests queue, or fewer while the CPUs
         // are saturated (alternating after a failed trial when both apply).
         if now >= self.next_probe {
-            let up = queued_in_window
+            let mut up = queued_in_window
                 && lock_share < LOCK_NO_GROW
                 && target < self.plan.max
+                && up_room
                 && (!saturated || now >= self.next_saturated_up);
-            let down = queued_in_window
+            let mut down = queued_in_window
                 && saturated
                 && completions >= DOWN_MIN_SAMPLE
                 && target > self.plan.min.max(1);
+            let mut skipped = false;
+            for (wanted, direction) in [(&mut up, Direction::Up), (&mut down, Direction::Down)] {
+                if *wanted && self.lost_lately(direction, target, in_flight, rate, now) {
+                    *wanted = false;
+                    skipped = true;
+                }
+            }
+            if skipped && !up && !down {
+                // The turn is spent: counted once per cooldown, not per window.
+                self.not_repeated += 1;
+                self.next_probe = now + self.cooldown;
+            }
             let direction = match (up, down) {
                 (true, true) => Some(self.next_direction),
                 (true, false) => Some(Direction::Up),
@@ -496,7 +813,14 @@ impl Controller {
                     Direction::Up => "requests queue: trying more",
                     Direction::Down => "trying fewer",
                 };
-                self.start_probe(pool, direction, (rate, latency), target, now, why);
+                self.start_probe(
+                    pool,
+                    direction,
+                    (rate, latency, in_flight),
+                    target,
+                    now,
+                    why,
+                );
                 return;
             }
         }

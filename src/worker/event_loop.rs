@@ -327,14 +327,17 @@ impl EventLoop {
         }
         let now = self.now;
         // While only loop calls are in flight the pool has nothing to size,
-        // unless the controller measures loop calls against it.
+        // unless the controller measures loop calls against it or publishes
+        // the worker's load for siblings on the same CPUs.
         if self.pool_in_flight() > 0
-            || (self.in_flight > 0 && self.controller.measures_loop_calls())
+            || (self.in_flight > 0
+                && (self.controller.measures_loop_calls() || self.controller.shares_cpus()))
         {
             let mut worker = adaptive::Worker {
                 pool: &mut self.pool,
                 loop_calls: self.loop_calls.as_mut(),
                 in_flight: self.in_flight,
+                share: self.share.as_ref(),
             };
             self.controller.tick(&mut worker, now);
         }
@@ -1071,6 +1074,11 @@ impl EventLoop {
             Some(_) => "call path: loop calls on, as decided at the start".into(),
             None => "call path: the pool, as decided at the start".into(),
         }
+    }
+
+    /// What the pool concluded and why, for the closing line.
+    pub fn pool_summary(&self) -> String {
+        self.controller.pool_summary()
     }
 
     pub fn loop_caller(&self) -> LoopCaller {

@@ -118,6 +118,7 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
         &plugin.descriptor,
         cfg.cli.blocking_threads,
         usable,
+        setup.workers as usize,
         batch_plan.limits.is_some(),
     );
     let server_ip = local.ip().to_string();
@@ -249,13 +250,14 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
         ));
     }
     let call_path = event_loop.call_path();
+    let pool_summary = event_loop.pool_summary();
     let pool = event_loop.into_pool();
     finish(
         exit,
         pool,
         accepted,
         batch_plan.limits.is_some(),
-        &call_path,
+        &format!("{call_path}; {pool_summary}"),
     )
 }
 

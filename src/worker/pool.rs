@@ -29,6 +29,7 @@ use crate::plugin::loader::Calls;
 
 use super::batching::{self, Sizes};
 use super::loop_calls::watch::{IdleThread, Watch, Watcher};
+use super::schedstat::{Clock, ThreadSet};
 
 /// What the pool shares with the loop and every handler thread.
 pub struct Shared {
@@ -46,6 +47,8 @@ pub struct Shared {
     stats: Stats,
     watch: Watch,
     handles: Mutex<Vec<JoinHandle<()>>>,
+    /// Kernel ids of the threads in `handler_loop`, for their schedstat.
+    tids: Mutex<Vec<i32>>,
 }
 
 struct Queue {
@@ -90,6 +93,8 @@ pub struct Stats {
 
 pub struct Pool {
     shared: Arc<Shared>,
+    /// The handler threads' scheduler clocks (read by the event loop only).
+    clocks: Mutex<ThreadSet>,
 }
 
 pub struct PoolSettings {
@@ -133,9 +138,21 @@ impl Pool {
             stats: Stats::default(),
             watch: Watch::default(),
             handles: Mutex::new(Vec::new()),
+            tids: Mutex::new(Vec::new()),
         });
         spawn_missing(&shared);
-        Pool { shared }
+        Pool {
+            shared,
+            clocks: Mutex::new(ThreadSet::default()),
+        }
+    }
+
+    /// The handler threads' summed scheduler clocks: time on a CPU and
+    /// time runnable but waiting for one, since each was first read.
+    /// `None` without schedstat.
+    pub fn thread_clock(&self) -> Option<Clock> {
+        let tids = lock(&self.shared.tids).clone();
+        lock(&self.clocks).read(&tids)
     }
 
     pub fn stats(&self) -> &Stats {
@@ -399,6 +416,8 @@ fn handler_thread(shared: Arc<Shared>, index: u32) {
 fn handler_loop(shared: &Arc<Shared>, mut bufs: CallBuffers) {
     let calls = shared.callee.calls;
     let index = bufs.index;
+    let tid = bufs.tid;
+    lock(&shared.tids).push(tid);
     let mut watcher = Watcher::default();
     // Completions pushed but not yet announced to the loop, and when the
     // first of them was pushed (see `announce`).
@@ -490,6 +509,7 @@ fn handler_loop(shared: &Arc<Shared>, mut bufs: CallBuffers) {
     if watcher.step_down(&shared.watch) {
         shared.work_ready.notify_one();
     }
+    lock(&shared.tids).retain(|&t| t != tid);
     thread_stop_hook(&calls, index);
     let owed = {
         let mut q = lock(&shared.queue);

@@ -12,6 +12,12 @@
 //! thread more only splits the queue into smaller batches (see
 //! `batching.rs`). `--blocking-threads` overrides all of these and turns
 //! adaptation off.
+//!
+//! Workers inherit the supervisor's CPUs, so with several they share them:
+//! an adaptive pool then starts from the worker's part of the CPUs (at
+//! least one thread), and its controller sizes it with its siblings' load
+//! from the shared page (`adaptive.rs`). Two workers on two CPUs each
+//! starting a lock-holding pool of 2 started four threads for two CPUs.
 
 use crate::plugin::descriptor::{Descriptor, ProcessLock};
 
@@ -26,12 +32,44 @@ pub struct PoolPlan {
     pub adaptive: bool,
     /// CPUs this worker may use (affinity and cgroup quota).
     pub cpus: usize,
+    /// Workers sharing those CPUs (this one included).
+    pub workers: usize,
     /// Why this size, for the log and `--doctor`.
     pub reason: String,
 }
 
-/// `batching`: the worker hands the plugin batches (`batching::decide`).
+/// `batching`: the worker hands the plugin batches (`batching::decide`);
+/// `workers`: the workers that share `usable_cpus`.
 pub fn plan(
+    desc: &Descriptor,
+    configured: Option<u32>,
+    usable_cpus: usize,
+    workers: usize,
+    batching: bool,
+) -> PoolPlan {
+    let mut plan = plan_alone(desc, configured, usable_cpus, batching);
+    let workers = workers.max(1);
+    plan.workers = workers;
+    if plan.adaptive && workers > 1 {
+        // The worker's part of the CPUs, rounded up, instead of all of them.
+        let part = usable_cpus.div_ceil(workers).max(1);
+        let initial = match desc.process_lock {
+            ProcessLock::Held => part.min(2),
+            ProcessLock::Released => part.max(1),
+            ProcessLock::None => (part / desc.compute_threads.max(1) as usize).max(1),
+        }
+        .clamp(1, plan.max);
+        plan.initial = initial;
+        plan.reason = format!(
+            "adaptive from {initial}: {workers} workers share {usable_cpus} usable CPU(s), so each starts \
+             from its part and the pools size together from the shared page (about one runnable thread \
+             per CPU across the workers, plus the threads blocked in the plugin)"
+        );
+    }
+    plan
+}
+
+fn plan_alone(
     desc: &Descriptor,
     configured: Option<u32>,
     usable_cpus: usize,
@@ -55,6 +93,7 @@ pub fn plan(
             max: size,
             adaptive: false,
             cpus: usable_cpus,
+            workers: 1,
             reason,
         };
     }
@@ -65,6 +104,7 @@ pub fn plan(
             max: 1,
             adaptive: false,
             cpus: usable_cpus,
+            workers: 1,
             reason: format!(
                 "the plugin is {}: one call at a time",
                 desc.call_model_name()
@@ -99,6 +139,7 @@ pub fn plan(
         max,
         adaptive: true,
         cpus: usable_cpus,
+        workers: 1,
         reason: format!("adaptive from {initial}: {why}"),
     }
 }
@@ -132,6 +173,7 @@ fn batch_plan(desc: &Descriptor, usable_cpus: usize, cap: usize) -> PoolPlan {
         max: size,
         adaptive: false,
         cpus: usable_cpus,
+        workers: 1,
         reason,
     }
 }
@@ -175,6 +217,7 @@ mod tests {
             &desc(CallModel::Reentrant, ProcessLock::Held, 1),
             None,
             8,
+            1,
             false,
         );
         assert_eq!(p.initial, 2);
@@ -188,6 +231,7 @@ mod tests {
                 &desc(CallModel::Reentrant, ProcessLock::None, 1),
                 None,
                 8,
+                1,
                 false
             )
             .initial,
@@ -198,6 +242,7 @@ mod tests {
                 &desc(CallModel::Reentrant, ProcessLock::None, 4),
                 None,
                 8,
+                1,
                 false
             )
             .initial,
@@ -208,6 +253,7 @@ mod tests {
                 &desc(CallModel::Reentrant, ProcessLock::None, 4),
                 None,
                 2,
+                1,
                 false
             )
             .initial,
@@ -221,6 +267,7 @@ mod tests {
             &desc(CallModel::Pinned, ProcessLock::None, 1),
             Some(8),
             8,
+            1,
             false,
         );
         assert_eq!((p.initial, p.max, p.adaptive), (1, 1, false));
@@ -228,6 +275,7 @@ mod tests {
             &desc(CallModel::Serialized, ProcessLock::None, 1),
             None,
             8,
+            1,
             false,
         );
         assert_eq!(p.initial, 1);
@@ -236,12 +284,13 @@ mod tests {
     #[test]
     fn a_batching_plugin_gets_one_thread_per_batch_the_cpus_compute() {
         let native = desc(CallModel::Reentrant, ProcessLock::None, 1);
-        let p = plan(&native, None, 4, true);
+        let p = plan(&native, None, 4, 1, true);
         assert_eq!((p.initial, p.min, p.max, p.adaptive), (4, 4, 4, false));
         let p = plan(
             &desc(CallModel::Reentrant, ProcessLock::None, 2),
             None,
             4,
+            1,
             true,
         );
         assert_eq!(p.initial, 2);
@@ -249,11 +298,32 @@ mod tests {
             &desc(CallModel::Reentrant, ProcessLock::Held, 1),
             None,
             4,
+            1,
             true,
         );
         assert_eq!(p.initial, 1);
         // --blocking-threads still wins.
-        assert_eq!(plan(&native, Some(3), 4, true).initial, 3);
+        assert_eq!(plan(&native, Some(3), 4, 1, true).initial, 3);
+    }
+
+    #[test]
+    fn workers_on_the_same_cpus_start_from_their_part() {
+        let wsgi = desc(CallModel::Reentrant, ProcessLock::Held, 1);
+        let p = plan(&wsgi, None, 2, 2, false);
+        assert_eq!((p.initial, p.workers, p.adaptive), (1, 2, true));
+        assert!(
+            p.reason.contains("2 workers share 2 usable CPU(s)"),
+            "{}",
+            p.reason
+        );
+        // With CPUs to spare a lock holder keeps its 2.
+        assert_eq!(plan(&wsgi, None, 8, 2, false).initial, 2);
+        let native = desc(CallModel::Reentrant, ProcessLock::None, 1);
+        assert_eq!(plan(&native, None, 8, 2, false).initial, 4);
+        assert_eq!(plan(&native, None, 2, 4, false).initial, 1);
+        // Fixed sizes and batching plans are the user's or the plugin's.
+        assert_eq!(plan(&wsgi, Some(3), 2, 2, false).initial, 3);
+        assert_eq!(plan(&native, None, 4, 2, true).initial, 4);
     }
 
     #[test]
@@ -262,6 +332,7 @@ mod tests {
             &desc(CallModel::Reentrant, ProcessLock::Held, 1),
             Some(8),
             2,
+            1,
             false,
         );
         assert_eq!((p.initial, p.min, p.max, p.adaptive), (8, 8, 8, false));

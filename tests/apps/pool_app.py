@@ -11,6 +11,8 @@ by the view, so each view makes that one thing the variable.
 /hash-at  /hash, answering "START_NS END_NS THREAD" (when it ran, and where)
 /hello    a hello world: short, the GIL held throughout
 /sleep    time.sleep(5 ms): blocking I/O without the GIL
+/sleep50  time.sleep(50 ms), counted while it sleeps
+/asleep   how many /sleep50 calls of this worker are sleeping right now
 /cpu      about 1 ms of pure Python
 /thread   the name of the thread that made the call (m0-loop, m0-handler-N)
 /wait     blocks (GIL released) until /open is requested, at most 30 s
@@ -39,6 +41,8 @@ SMALL = b"h" * 1024
 _iterations = {}
 _order = itertools.count()
 _gate = threading.Event()
+_asleep = 0
+_asleep_lock = threading.Lock()
 # CDLL releases the GIL around each foreign call; PyDLL keeps it.
 _usleep_released = ctypes.CDLL(None).usleep
 _usleep_held = ctypes.PyDLL(None).usleep
@@ -73,6 +77,7 @@ def _hash(buf, n):
 
 
 def application(environ, start_response):
+    global _asleep
     path = environ["PATH_INFO"]
     if path in ("/release", "/hold"):
         buf = BIG if path == "/release" else SMALL
@@ -106,6 +111,18 @@ def application(environ, start_response):
         # Blocking I/O stand-in: sleeps without the GIL.
         time.sleep(0.005)
         body = b"slept\n"
+    elif path == "/sleep50":
+        with _asleep_lock:
+            _asleep += 1
+        try:
+            time.sleep(0.05)
+        finally:
+            with _asleep_lock:
+                _asleep -= 1
+        body = b"slept\n"
+    elif path == "/asleep":
+        with _asleep_lock:
+            body = f"{_asleep}\n".encode()
     elif path == "/cpu":
         # About a millisecond of pure Python: holds the GIL throughout.
         total = 0

@@ -212,6 +212,51 @@ pub fn pin_to_one_cpu(cmd: &mut Command) {
     }
 }
 
+/// Run `cmd` on the first `n` CPUs this test may use (as `taskset -c`
+/// would), so the server has exactly `n` usable CPUs whatever the box
+/// has. `Err(k)` when this process may use only `k` < `n` CPUs, by
+/// affinity or by its cgroup's CPU quota.
+pub fn pin_to_cpus(cmd: &mut Command, n: usize) -> Result<(), usize> {
+    use std::os::unix::process::CommandExt;
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: an all-zero cpu_set_t is the empty set; the call fills it.
+    let cpus: Vec<usize> = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::sched_getaffinity(0, size, &mut set);
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .take(n)
+            .collect()
+    };
+    let quota = std::fs::read_to_string("/sys/fs/cgroup/cpu.max")
+        .ok()
+        .and_then(|text| {
+            let mut parts = text.split_whitespace();
+            let quota: f64 = parts.next()?.parse().ok()?;
+            let period: f64 = parts.next()?.parse().ok()?;
+            Some((quota / period).ceil() as usize)
+        });
+    let usable = cpus.len().min(quota.unwrap_or(usize::MAX));
+    if usable < n {
+        return Err(usable);
+    }
+    // SAFETY: the closure makes one system call on its own stack data,
+    // which is async-signal-safe between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            for &c in &cpus {
+                libc::CPU_SET(c, &mut set);
+            }
+            if libc::sched_setaffinity(0, size, &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    Ok(())
+}
+
 impl Server {
     /// Start with `args` and wait for the ready line.
     pub fn start(args: &[&str]) -> Server {

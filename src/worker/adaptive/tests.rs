@@ -2,6 +2,7 @@
 //! its decisions, tested without clocks.
 
 use super::*;
+use crate::worker::accept_share::SiblingPools;
 
 /// A closed loop of `conns` clients against a pool that completes
 /// `capacity(threads)` requests per second, with seeded noise: enough of
@@ -109,6 +110,7 @@ fn settle(conns: usize, initial: usize, view: View, seconds: u64, last: u64) -> 
         max: 64,
         adaptive: true,
         cpus: view.cpus,
+        workers: 1,
         reason: String::new(),
     };
     let mut controller = Controller::new(plan, false);
@@ -247,6 +249,7 @@ impl Modes {
             max: 64,
             adaptive: true,
             cpus: view.cpus,
+            workers: 1,
             reason: String::new(),
         };
         Modes {
@@ -393,4 +396,296 @@ fn without_measuring_loop_calls_the_controller_never_suspends_them() {
     m.controller = Controller::new(m.controller.plan.clone(), false);
     let (share, _) = m.run(30);
     assert_eq!(share, 0.0);
+}
+
+#[test]
+fn a_fast_view_settled_on_its_best_size_does_not_repeat_a_losing_probe_while_the_load_holds() {
+    // The fast view of `a_fast_view_settles_and_then_rarely_leaves_its_best_size`:
+    // each trial away from 2 threads loses, and nothing changes.
+    let capacity = |n: usize| match n {
+        1 => 140_000.0,
+        2 => 172_000.0,
+        _ => 172_000.0 * (1.0 - 0.02 * (n - 2) as f64),
+    };
+    let view = View {
+        cpus: 1,
+        capacity,
+        lock_share: |n| 0.5 * (n - 1) as f64 / n as f64,
+        cpu_busy: |_| 1.0,
+    };
+    let plan = PoolPlan {
+        initial: 2,
+        min: 1,
+        max: 64,
+        adaptive: true,
+        cpus: 1,
+        workers: 1,
+        reason: String::new(),
+    };
+    let mut controller = Controller::new(plan, false);
+    let mut model = Model {
+        conns: 64,
+        capacity: view.capacity,
+        lock_share: view.lock_share,
+        cpu_busy: view.cpu_busy,
+        live: 2,
+        counters: Counters::default(),
+        carry: 0.0,
+        seed: 0x9e37_79b9_7f4a_7c15,
+        loop_capacity: None,
+        suspended: false,
+    };
+    let start = Instant::now();
+    let mut trials = 0;
+    let mut last = 2;
+    for i in 1..=(120_000 / TICK.as_millis() as u32) {
+        model.advance(TICK);
+        controller.tick(&mut model, start + TICK * i);
+        // Trials begun after the first 30 s (each lost once by then).
+        if model.live != last && last == 2 && i > 30_000 / TICK.as_millis() as u32 {
+            trials += 1;
+        }
+        last = model.live;
+    }
+    // Backing off alone (to one per 30 s) would have tried about three
+    // times in these 90 s.
+    assert!(
+        trials <= 1,
+        "{trials} trials: {}",
+        controller.pool_summary()
+    );
+    assert!(controller.not_repeated > 0, "{}", controller.pool_summary());
+}
+
+/// Workers on one box of `cpus` CPUs, each a closed loop of `conns`
+/// clients on a view that computes `cpu_s` and then blocks `block_s` per
+/// request, with the GIL released: the kernel shares the CPUs among the
+/// runnable threads of every worker, and each thread past the CPUs costs
+/// a little in switching. What a worker's controller reads from its
+/// threads' clocks and from its siblings' lines comes from this.
+/// The shared page as the simulated workers see it: each one's last
+/// (CPUs used, CPUs wanted, threads).
+type Page = std::rc::Rc<std::cell::RefCell<Vec<Option<(f64, f64, usize)>>>>;
+
+struct SharedBox {
+    cpus: f64,
+    cpu_s: f64,
+    block_s: f64,
+    workers: Vec<Sim>,
+    controllers: Vec<Controller>,
+    start: Instant,
+    ticks: u32,
+}
+
+struct Sim {
+    index: usize,
+    conns: usize,
+    live: usize,
+    counters: Counters,
+    clock: Clock,
+    carry: f64,
+    page: Page,
+}
+
+impl Tunable for Sim {
+    fn completed(&self) -> u64 {
+        self.counters.completed
+    }
+    fn counters(&self) -> Counters {
+        Counters {
+            clock: Some(self.clock),
+            ..self.counters
+        }
+    }
+    fn load(&self) -> (usize, usize) {
+        let busy = self.live.min(self.conns);
+        (self.conns - busy, busy)
+    }
+    fn size(&self) -> (usize, usize) {
+        (self.live, self.live)
+    }
+    fn resize(&mut self, threads: usize) {
+        self.live = threads;
+    }
+    fn suspend_loop_calls(&mut self, _: bool, _: Instant) {}
+    fn thread_clock(&self) -> Option<Clock> {
+        Some(self.clock)
+    }
+    fn siblings(&self) -> Option<SiblingPools> {
+        let page = self.page.borrow();
+        let mut sum = SiblingPools::default();
+        for (j, line) in page.iter().enumerate() {
+            if let (true, Some((cpu, demand, threads))) = (j != self.index, line) {
+                sum.workers += 1;
+                sum.cpu += cpu;
+                sum.demand += demand;
+                sum.threads += threads;
+            }
+        }
+        Some(sum)
+    }
+    fn publish(&self, cpu: f64, demand: f64, threads: usize) {
+        self.page.borrow_mut()[self.index] = Some((cpu, demand, threads));
+    }
+}
+
+impl SharedBox {
+    fn new(
+        workers: usize,
+        cpus: usize,
+        conns: usize,
+        initial: usize,
+        cpu_ms: f64,
+        block_ms: f64,
+    ) -> SharedBox {
+        let page = std::rc::Rc::new(std::cell::RefCell::new(vec![None; workers]));
+        let plan = PoolPlan {
+            initial,
+            min: 1,
+            max: 64,
+            adaptive: true,
+            cpus,
+            workers,
+            reason: String::new(),
+        };
+        SharedBox {
+            cpus: cpus as f64,
+            cpu_s: cpu_ms / 1e3,
+            block_s: block_ms / 1e3,
+            workers: (0..workers)
+                .map(|index| Sim {
+                    index,
+                    conns,
+                    live: initial,
+                    counters: Counters::default(),
+                    clock: Clock::default(),
+                    carry: 0.0,
+                    page: page.clone(),
+                })
+                .collect(),
+            controllers: (0..workers)
+                .map(|_| Controller::new(plan.clone(), false))
+                .collect(),
+            start: Instant::now(),
+            ticks: 0,
+        }
+    }
+
+    fn advance(&mut self, dt: Duration) {
+        let dt = dt.as_secs_f64();
+        let (c, s) = (self.cpu_s, self.block_s);
+        // Busy threads want a CPU c / (c + s) of the time; past the CPUs
+        // each gets a share `f` of one, and every runnable thread past the
+        // CPUs costs 3% in switching.
+        let busy: Vec<f64> = self
+            .workers
+            .iter()
+            .map(|w| w.live.min(w.conns) as f64)
+            .collect();
+        let wanted: f64 = busy.iter().map(|b| b * c / (c + s)).sum();
+        let f = (self.cpus / wanted.max(1e-9)).min(1.0);
+        let penalty = 1.0 / (1.0 + 0.03 * (wanted - self.cpus).max(0.0));
+        for (w, b) in self.workers.iter_mut().zip(busy) {
+            let per_request = c / f + s;
+            let due = b / per_request * penalty * dt + w.carry;
+            w.carry = due - due.floor();
+            let k = &mut w.counters;
+            k.completed += due.floor() as u64;
+            k.service_ns += (b * dt * 1e9) as u64;
+            k.queue_wait_ns += ((w.conns as f64 - b) * dt * 1e9) as u64;
+            let ran = b * c / per_request * dt;
+            let waited = b * (c / f - c) / per_request * dt;
+            w.clock.ran += (ran * 1e9) as u64;
+            w.clock.waited += (waited * 1e9) as u64;
+            k.cpu_ns += ((ran + 0.02 * dt) * 1e9) as u64;
+        }
+    }
+
+    /// Run for `seconds`; every worker's pool size at every tick.
+    fn run(&mut self, seconds: u32) -> Vec<Vec<usize>> {
+        let mut sizes = vec![Vec::new(); self.workers.len()];
+        for _ in 0..seconds * 1000 / TICK.as_millis() as u32 {
+            self.ticks += 1;
+            self.advance(TICK);
+            let now = self.start + TICK * self.ticks;
+            for (i, (w, c)) in self
+                .workers
+                .iter_mut()
+                .zip(&mut self.controllers)
+                .enumerate()
+            {
+                c.tick(w, now);
+                sizes[i].push(w.live);
+            }
+        }
+        sizes
+    }
+}
+
+#[test]
+fn two_workers_on_two_cpus_share_them_for_a_cpu_bound_view() {
+    // 1 ms of hashing per request, the GIL released; 8 clients each; the
+    // pools start at 4 threads each, eight for two CPUs.
+    let mut b = SharedBox::new(2, 2, 8, 4, 1.0, 0.0);
+    b.run(20);
+    let sizes = b.run(20);
+    for (i, s) in sizes.iter().enumerate() {
+        assert!(
+            s.iter().all(|&n| n <= 2),
+            "worker {i}: {s:?} {}",
+            b.controllers[i].pool_summary()
+        );
+    }
+    let end: usize = b.workers.iter().map(|w| w.live).sum();
+    assert!(
+        end <= 3,
+        "{end} threads in all: {}",
+        b.controllers[0].pool_summary()
+    );
+}
+
+#[test]
+fn one_worker_alone_on_two_cpus_keeps_a_thread_per_cpu_for_a_cpu_bound_view() {
+    let mut b = SharedBox::new(1, 2, 8, 4, 1.0, 0.0);
+    b.run(20);
+    let sizes = b.run(20);
+    assert!(
+        median(&sizes[0]) == 2,
+        "{:?} {}",
+        sizes[0],
+        b.controllers[0].pool_summary()
+    );
+}
+
+#[test]
+fn two_workers_on_two_cpus_still_grow_for_a_view_that_sleeps() {
+    // 50 ms of sleep per request, 16 clients each.
+    let mut b = SharedBox::new(2, 2, 16, 1, 0.05, 50.0);
+    b.run(40);
+    let sizes = b.run(10);
+    for (i, s) in sizes.iter().enumerate() {
+        assert!(
+            median(s) >= 12,
+            "worker {i}: {s:?} {}",
+            b.controllers[i].pool_summary()
+        );
+    }
+}
+
+#[test]
+fn a_stall_of_threads_that_wait_for_a_cpu_adds_no_thread() {
+    // 100 ms of CPU per request on one CPU, two threads: nothing completes
+    // for longer than a stall, but both threads are runnable all along.
+    let mut b = SharedBox::new(1, 1, 8, 2, 100.0, 0.0);
+    let sizes = b.run(20);
+    assert!(sizes[0].iter().all(|&n| n <= 2), "{:?}", sizes[0]);
+    assert!(
+        b.controllers[0].stalls_runnable > 0,
+        "{}",
+        b.controllers[0].pool_summary()
+    );
+    // A view that blocks as long still gets threads at once.
+    let mut b = SharedBox::new(1, 1, 8, 2, 0.01, 100.0);
+    let sizes = b.run(20);
+    assert!(median(&sizes[0]) >= 6, "{:?}", sizes[0]);
 }
