@@ -19,9 +19,12 @@ use super::request::Limits;
 /// accepted, this crate's version.
 pub(crate) const DOCUMENT: &str = include_str!("openapi.json");
 
+/// Reads one configured number from [`Limits`].
+type Limit = fn(&Limits) -> usize;
+
 /// Where each configured number goes in the document (a JSON pointer), and
 /// which one.
-const LIMITS: &[(&str, fn(&Limits) -> usize)] = &[
+const LIMITS: &[(&str, Limit)] = &[
     ("/components/schemas/TeiInputs/oneOf/1/maxItems", |l| {
         l.max_client_batch_size
     }),
