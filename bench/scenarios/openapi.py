@@ -10,6 +10,7 @@ failures it found (zero expected), and how often a worker started (once: none di
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections import Counter
 
@@ -65,7 +66,7 @@ def run(opts) -> h.Report:
                 "--checks", CHECKS, "--report", "json", "--report-json-path", str(report_path)]
         h.log(f"schemathesis: {examples} examples per operation, seed {SEED}")
         out = subprocess.run(argv, capture_output=True, text=True, cwd=outdir,
-                             env={"PATH": "/usr/bin:/bin",
+                             env={**os.environ,
                                   "HYPOTHESIS_STORAGE_DIRECTORY": str(outdir / "hypothesis")})
         (outdir / "schemathesis.out").write_text(out.stdout + out.stderr)
     finally:
