@@ -59,6 +59,10 @@ def run(opts) -> h.Report:
     report_path.unlink(missing_ok=True)
     run_ = h.start(server, PORT)
     try:
+        status, body = h.http_get(PORT, "/openapi.json")
+        if status != 200:
+            raise h.BenchError(f"GET /openapi.json gave {status}")
+        (outdir / "openapi.json").write_bytes(body)
         argv = [str(venv / "bin" / "schemathesis"),
                 "--config-file", str(h.ROOT / "tests" / "openapi" / "schemathesis.toml"),
                 "--no-color", "run", f"http://127.0.0.1:{PORT}/openapi.json",
@@ -78,12 +82,23 @@ def run(opts) -> h.Report:
     routes, classes = _access(log)
     starts = sum(1 for l in log.splitlines()
                  if "supervisor: worker " in l and l.endswith(" started"))
-    documented = [op for op in routes if op.split(" ")[1] in
-                  ("/embed", "/", "/v1/embeddings", "/embeddings", "/health", "/info", "/openapi.json")]
+    # The document's operations (GET /openapi.json among them: schemathesis loads it).
+    try:
+        doc = json.loads((outdir / "openapi.json").read_text())
+    except (OSError, ValueError):
+        raise h.BenchError("the server's /openapi.json was not saved") from None
+    documented = [f"{m.upper()} {p}" for p, item in doc["paths"].items() for m in item]
     rows = []
-    for op in sorted(documented, key=lambda o: (-routes[o], o)):
-        c = classes[op]
+    for op in documented:
+        c = classes.get(op, Counter())
         rows.append([f"`{op}`", str(routes[op]), str(c["2xx"]), str(c["4xx"]), str(c["5xx"])])
+    paths = {op.split(" ", 1)[1] for op in documented}
+    probes = [op for op in routes if op not in documented and op.partition(" ")[2] in paths]
+    other = Counter()
+    for op in probes:
+        other.update(classes[op])
+    rows.append(["other methods on those paths (405 checks)", str(sum(routes[o] for o in probes)),
+                 str(other["2xx"]), str(other["4xx"]), str(other["5xx"])])
     failures = report.get("failures") or []
     cases = report["test_cases"]
     five = sum(c["5xx"] for c in classes.values())
