@@ -78,7 +78,8 @@ def run(opts) -> h.Report:
     if not report_path.exists():
         raise h.BenchError(f"schemathesis wrote no report:\n{out.stdout[-3000:]}{out.stderr[-3000:]}")
     report = json.loads(report_path.read_text())
-    log = run_.logpath.read_text(errors="replace")
+    # This run's part of the log: h.start appends, after a `$ argv` line.
+    log = run_.logpath.read_text(errors="replace").rpartition("\n$ ")[2]
     routes, classes = _access(log)
     starts = sum(1 for l in log.splitlines()
                  if "supervisor: worker " in l and l.endswith(" started"))
