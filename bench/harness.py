@@ -62,7 +62,9 @@ VENV_MAX = BENCH / ".venv-max"  # MAX, only if its pins conflict with bench/.ven
 # plugin and the WSGI app backends/wsgi_numpy.py on every peer import from bench/.venv;
 # "max": Modular's MAX (backends/requirements-max.txt, numpy's pins included), into
 # bench/.venv unless a pin of its conflicts with what bench/.venv holds or pins, then into
-# bench/.venv-max (see extra_venv()); "flask": Flask for bench/apps/hello_flask.py.
+# bench/.venv-max (see extra_venv()); "flask": Flask for bench/apps/hello_flask.py;
+# "openapi": schemathesis (tests/requirements-openapi.txt), into bench/.venv-openapi on a
+# conflict.
 # Installed in this order.
 VENV_EXTRAS = {
     "embed": [(BENCH / "embed" / "requirements.txt", True),
@@ -72,9 +74,12 @@ VENV_EXTRAS = {
     "max": [(ROOT / "backends" / "requirements-max.txt", True),
             (BENCH / "embed" / "requirements-nodeps.txt", False)],
     "flask": [(BENCH / "apps" / "requirements-flask.txt", True)],
+    # schemathesis and openapi-spec-validator as tests/openapi.rs pins them, and the model.
+    "openapi": [(ROOT / "tests" / "requirements-openapi.txt", True),
+                (BENCH / "embed" / "requirements-nodeps.txt", False)],
 }
 # Needs that may move to a venv of their own when their pins conflict with bench/.venv's.
-OWN_VENV = {"max": VENV_MAX}
+OWN_VENV = {"max": VENV_MAX, "openapi": BENCH / ".venv-openapi"}
 
 
 def log(msg: str) -> None:

@@ -280,6 +280,54 @@ fn bad_input_gets_a_json_error_with_its_status_and_no_worker_is_lost() {
     assert_eq!(s.log_count("replacing it"), 0, "{}", s.log());
 }
 
+/// `dimensions` and token ids written as whole numbers with a zero
+/// fraction (`1.0`) are the integers JSON Schema (and so the OpenAPI
+/// document) says they are: schemathesis sent `"dimensions": 1.0` and got
+/// a 400.
+#[test]
+fn whole_numbers_written_with_a_fraction_are_integers() {
+    let s = serve_dir(&minilm(), &[], &[("M0_EMBED_ACCEPT_TOKEN_IDS", "1")]);
+    let mut c = Client::connect(s.addr);
+    let (status, v, _) = post(
+        &mut c,
+        "/v1/embeddings",
+        &json!({"input": "0", "dimensions": 1.0, "encoding_format": null}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        v["data"][0]["embedding"].as_array().unwrap().len(),
+        1,
+        "{v}"
+    );
+    let (status, v, _) = post(
+        &mut c,
+        "/v1/embeddings",
+        &json!({"input": "a", "dimensions": 52.0}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["data"][0]["embedding"].as_array().unwrap().len(), 52);
+    // [CLS] hello [SEP], with ids written both ways: the same vector.
+    let (_, a, _) = post(&mut c, "/embed", &json!({"inputs": [[101, 7592, 102]]}));
+    let (status, b, _) = post(
+        &mut c,
+        "/embed",
+        &json!({"inputs": [[101.0, 7592.0, 102.0]]}),
+    );
+    assert_eq!(status, 200, "{b}");
+    assert_eq!(a, b);
+    // A fraction is still refused.
+    let (status, v, _) = post(
+        &mut c,
+        "/v1/embeddings",
+        &json!({"input": "a", "dimensions": 1.5}),
+    );
+    assert_eq!(
+        (status, &v["error"]["param"]),
+        (400, &json!("dimensions")),
+        "{v}"
+    );
+}
+
 #[test]
 fn health_and_info_answer_as_tei_does() {
     let s = serve(&[]);

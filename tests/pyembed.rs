@@ -278,6 +278,20 @@ fn a_forward_pass_that_raises_answers_424_and_the_worker_serves_the_next() {
         "{v}"
     );
     fine(&mut c);
+    // The same API layer serves its OpenAPI document here too, and that
+    // lists both failures: 424 `Backend` on TEI's route, 500 on OpenAI's.
+    let r = c.get("/openapi.json");
+    assert_eq!(r.status, 200);
+    let doc: Value = serde_json::from_slice(&r.body).unwrap();
+    let documented = |path: &str, status: &str| {
+        let name = doc["paths"][path]["post"]["responses"][status]["$ref"]
+            .as_str()
+            .and_then(|r| r.rsplit('/').next())
+            .unwrap_or_else(|| panic!("{path} {status} undocumented"));
+        doc["components"]["responses"][name].to_string()
+    };
+    assert!(documented("/embed", "424").contains("Backend"));
+    assert!(documented("/v1/embeddings", "500").contains("inference_failed"));
     assert_eq!(s.worker_pids(), pids);
     assert_eq!(s.log_count("replacing it"), 0, "{}", s.log());
 }

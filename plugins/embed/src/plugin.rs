@@ -24,6 +24,8 @@ pub struct Embed<B: Backend = Model> {
     pass_tokens: usize,
     /// `GET /info`'s body, made once.
     info: Vec<u8>,
+    /// `GET /openapi.json`'s body, made once, with this server's limits.
+    openapi: Vec<u8>,
 }
 
 impl<B: Backend> Plugin for Embed<B> {
@@ -156,11 +158,13 @@ impl<B: Backend> Plugin for Embed<B> {
             },
             &mut info,
         );
+        let openapi = api::openapi_document(&limits, VERSION).map_err(InitError::refused)?;
         Ok(Embed {
             backend,
             limits,
             pass_tokens: max_batch_tokens,
             info,
+            openapi,
         })
     }
 
@@ -270,6 +274,7 @@ impl<B: Backend> Embed<B> {
         let flavor = match api::route(req.method(), req.target()) {
             Route::Health => return Begun::Answered(resp.send(200, &[], b"")),
             Route::Info => return Begun::Answered(resp.send(200, &[JSON], &self.info)),
+            Route::OpenApi => return Begun::Answered(resp.send(200, &[JSON], &self.openapi)),
             Route::Embed => Flavor::Tei,
             Route::OpenAiEmbeddings => Flavor::OpenAi,
             Route::NotFound => {

@@ -318,7 +318,7 @@ impl ApiError {
         let flavor = flavor_of_path(path);
         let message = format!(
             "no route for {} {}: this server answers POST /embed, POST /, POST /v1/embeddings, \
-             GET /health and GET /info",
+             GET /health, GET /info and GET /openapi.json",
             String::from_utf8_lossy(method),
             String::from_utf8_lossy(path)
         );

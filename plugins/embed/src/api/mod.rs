@@ -10,10 +10,13 @@
 //! applies `dimensions`; [`write_tei`] or [`write_openai`] writes the reply.
 //! Any failure is an [`ApiError`], whose [`ApiError::status`],
 //! [`ApiError::content_type`] and [`ApiError::body`] are the reply.
+//! [`openapi_document`] describes all of it as OpenAPI 3.1
+//! (`openapi.json` beside this file, with the server's limits filled in).
 
 mod error;
 mod info;
 mod json;
+mod openapi;
 mod render;
 mod request;
 mod route;
@@ -23,8 +26,9 @@ pub use error::{
     ENV_MAX_OPENAI_INPUTS, ENV_PAYLOAD_LIMIT, Flavor,
 };
 pub use info::{InfoFields, write_info};
+pub use openapi::openapi_document;
 pub use render::{shrink_rows, write_openai, write_tei};
 pub use request::{
     EmbedCall, Encoding, Inputs, Limits, TruncationDirection, parse_openai, parse_tei,
 };
-pub use route::{Route, route};
+pub use route::{ROUTES, Route, route};

@@ -247,7 +247,7 @@ pub fn parse_openai(body: &[u8], limits: &Limits) -> Result<EmbedCall, ApiError>
     };
     let dimensions = match obj.get("dimensions") {
         None | Some(Value::Null) => None,
-        Some(Value::Number(n)) => match n.as_u64() {
+        Some(Value::Number(n)) => match whole(n) {
             Some(d) if d >= 1 && d <= limits.dim as u64 => Some(d as usize),
             _ => {
                 return Err(ApiError::invalid(
@@ -432,6 +432,17 @@ fn take_inputs(
     Ok(Inputs::Texts(inputs))
 }
 
+/// A non-negative whole number, written as an integer (`64`) or with a
+/// fraction of zero (`64.0`): JSON Schema's `integer`, which the OpenAPI
+/// document promises, includes both, and so does OpenAI's API.
+fn whole(n: &serde_json::Number) -> Option<u64> {
+    n.as_u64().or_else(|| {
+        let f = n.as_f64()?;
+        // Below 2^53 every whole f64 is exact, and far above any limit.
+        (f.fract() == 0.0 && (0.0..9_007_199_254_740_992.0).contains(&f)).then_some(f as u64)
+    })
+}
+
 /// A list that holds both texts and token ids: neither API takes it.
 fn mixed(flavor: Flavor, field: &'static str, i: usize) -> ApiError {
     ApiError::invalid(
@@ -459,7 +470,7 @@ fn token_ids(
     for (position, id) in ids.iter().enumerate() {
         // Negative, fractional and huge numbers are outside it too; the
         // message quotes the id as it was sent.
-        match id.as_u64() {
+        match id.as_number().and_then(whole) {
             Some(v) if v < limits.vocab as u64 => out.push(v as u32),
             _ => {
                 return Err(ApiError::token_id_out_of_vocabulary(
@@ -827,6 +838,9 @@ mod tests {
         assert_eq!(c.inputs, Inputs::Ids(vec![vec![7; 3000]]));
         let c = parse_tei(br#"{"inputs": [3, 4]}"#, &l).unwrap();
         assert_eq!(c.inputs, Inputs::Ids(vec![vec![3, 4]]));
+        // Whole numbers written with a zero fraction are ids too.
+        let c = parse_openai(br#"{"input": [[1.0, 5e0, 2]]}"#, &l).unwrap();
+        assert_eq!(c.inputs, Inputs::Ids(vec![vec![1, 5, 2]]));
         // Texts are still texts.
         let c = parse_openai(br#"{"input": ["a", "b"]}"#, &l).unwrap();
         assert_eq!(c.inputs, Inputs::Texts(vec!["a".into(), "b".into()]));
@@ -932,6 +946,15 @@ mod tests {
         assert_eq!(c.model, None);
         let c = oai(r#"{"input": "x", "dimensions": 128, "user": "u-1"}"#).unwrap();
         assert_eq!(c.dimensions, Some(128));
+        // JSON Schema's integer, as the OpenAPI document says: a whole
+        // number with a zero fraction is one (schemathesis sent 1.0).
+        for (body, want) in [
+            (r#"{"input": "x", "dimensions": 1.0}"#, 1),
+            (r#"{"input": "x", "dimensions": 52.0}"#, 52),
+            (r#"{"input": "x", "dimensions": 3.84e2}"#, 384),
+        ] {
+            assert_eq!(oai(body).unwrap().dimensions, Some(want), "{body}");
+        }
     }
 
     #[test]

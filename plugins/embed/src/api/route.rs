@@ -16,6 +16,9 @@ pub enum Route {
     Health,
     /// `GET /info` (or `HEAD`): [`super::write_info`].
     Info,
+    /// `GET /openapi.json` (or `HEAD`): the OpenAPI document of these
+    /// routes, [`super::openapi_document`].
+    OpenApi,
     /// No such path: answer [`super::ApiError::not_found`].
     NotFound,
     /// A known path with the wrong method: answer
@@ -30,6 +33,19 @@ pub enum Route {
 const POST: &str = "POST";
 const GET: &str = "GET, HEAD";
 
+/// Every path this API answers, where it goes and the methods it takes
+/// (the `Allow` value of a 405). The OpenAPI document lists the same paths
+/// and methods; a unit test of `openapi` holds the two equal.
+pub const ROUTES: &[(&str, Route, &str)] = &[
+    ("/embed", Route::Embed, POST),
+    ("/", Route::Embed, POST),
+    ("/v1/embeddings", Route::OpenAiEmbeddings, POST),
+    ("/embeddings", Route::OpenAiEmbeddings, POST),
+    ("/health", Route::Health, GET),
+    ("/info", Route::Info, GET),
+    ("/openapi.json", Route::OpenApi, GET),
+];
+
 /// Routes a request. `path` is the request target; a query string
 /// (`?...`) is ignored. Methods are case-sensitive, as HTTP says.
 pub fn route(method: &[u8], path: &[u8]) -> Route {
@@ -37,12 +53,8 @@ pub fn route(method: &[u8], path: &[u8]) -> Route {
         Some(q) => &path[..q],
         None => path,
     };
-    let (target, allow) = match path {
-        b"/embed" | b"/" => (Route::Embed, POST),
-        b"/v1/embeddings" | b"/embeddings" => (Route::OpenAiEmbeddings, POST),
-        b"/health" => (Route::Health, GET),
-        b"/info" => (Route::Info, GET),
-        _ => return Route::NotFound,
+    let Some(&(_, target, allow)) = ROUTES.iter().find(|(p, _, _)| p.as_bytes() == path) else {
+        return Route::NotFound;
     };
     let ok = match allow {
         POST => method == b"POST",
@@ -68,6 +80,8 @@ mod tests {
         assert_eq!(route(b"GET", b"/health"), Route::Health);
         assert_eq!(route(b"HEAD", b"/health"), Route::Health);
         assert_eq!(route(b"GET", b"/info"), Route::Info);
+        assert_eq!(route(b"GET", b"/openapi.json"), Route::OpenApi);
+        assert_eq!(route(b"HEAD", b"/openapi.json?x"), Route::OpenApi);
     }
 
     #[test]
