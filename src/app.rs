@@ -79,7 +79,7 @@ pub fn main() -> i32 {
         return refuse(failed);
     }
     cfg.api_keys = findings.api_keys.take().map(std::sync::Arc::new);
-    crate::auth::scrub_cli(&mut cfg.cli);
+    crate::auth::scrub_keys(&mut cfg.cli.api_key);
     if let Some(keys) = &cfg.api_keys {
         crate::log::info(format_args!(
             "API keys: {}; open without one: the health path, the metrics listener{}",
@@ -204,11 +204,11 @@ fn run_spawned_worker(mut cfg: Config, index: u32) -> ! {
         process::exit_now(78)
     };
     // The supervisor checked the same sources before it started us.
-    match crate::auth::load(&cfg.cli) {
+    match crate::auth::load(cfg.cli.key_sources()) {
         Ok(keys) => cfg.api_keys = keys.map(std::sync::Arc::new),
         Err(e) => fail(format!("{}; {}", e.problem, e.fix)),
     }
-    crate::auth::scrub_cli(&mut cfg.cli);
+    crate::auth::scrub_keys(&mut cfg.cli.api_key);
     // SAFETY: this process has no other thread yet.
     unsafe { crate::auth::scrub_environment() };
     let cfg = &cfg;

@@ -12,7 +12,13 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::ptr::NonNull;
 
-use crate::config::Cli;
+/// Where the keys come from: `--api-key`, `--api-key-file` and
+/// `--api-key-open-path` as given (`M0_API_KEY` is read here).
+pub struct KeySources<'a> {
+    pub keys: &'a [String],
+    pub file: Option<&'a Path>,
+    pub open_paths: &'a [String],
+}
 
 /// The longest key taken: every check compares this many bytes per key.
 pub const MAX_KEY_BYTES: usize = 256;
@@ -175,7 +181,7 @@ impl Drop for ApiKeys {
 
 /// The keys the command line, the environment and the key file give, or
 /// None when there are none (the server is open, as by default).
-pub fn load(cli: &Cli) -> Result<Option<ApiKeys>, KeyError> {
+pub fn load(from: KeySources<'_>) -> Result<Option<ApiKeys>, KeyError> {
     let mut keys: Vec<Vec<u8>> = Vec::new();
     let mut sources = Vec::new();
     let check = |key: &[u8], from: &str| -> Result<(), KeyError> {
@@ -196,12 +202,12 @@ pub fn load(cli: &Cli) -> Result<Option<ApiKeys>, KeyError> {
         }
         Ok(())
     };
-    if !cli.api_key.is_empty() {
-        for key in &cli.api_key {
+    if !from.keys.is_empty() {
+        for key in from.keys {
             check(key.as_bytes(), "--api-key")?;
             keys.push(key.as_bytes().to_vec());
         }
-        sources.push(format!("--api-key ({})", cli.api_key.len()));
+        sources.push(format!("--api-key ({})", from.keys.len()));
     }
     if let Some(key) = std::env::var_os(ENV_API_KEY) {
         use std::os::unix::ffi::OsStrExt;
@@ -210,7 +216,7 @@ pub fn load(cli: &Cli) -> Result<Option<ApiKeys>, KeyError> {
         keys.push(key.to_vec());
         sources.push(ENV_API_KEY.to_string());
     }
-    if let Some(path) = &cli.api_key_file {
+    if let Some(path) = from.file {
         let from_file = read_key_file(path)?;
         for key in &from_file {
             check(key, &format!("--api-key-file {}", path.display()))?;
@@ -223,7 +229,7 @@ pub fn load(cli: &Cli) -> Result<Option<ApiKeys>, KeyError> {
         keys.extend(from_file);
     }
     if keys.is_empty() {
-        if !cli.api_key_open_path.is_empty() {
+        if !from.open_paths.is_empty() {
             return Err(KeyError {
                 problem: "--api-key-open-path is set but no API key is".into(),
                 fix: "set a key with --api-key-file, M0_API_KEY or --api-key, or drop --api-key-open-path".into(),
@@ -231,14 +237,14 @@ pub fn load(cli: &Cli) -> Result<Option<ApiKeys>, KeyError> {
         }
         return Ok(None);
     }
-    let mut out = ApiKeys::new(&keys, sources, !cli.api_key.is_empty()).map_err(|e| KeyError {
+    let mut out = ApiKeys::new(&keys, sources, !from.keys.is_empty()).map_err(|e| KeyError {
         problem: format!("cannot set aside memory for the API keys: {e}"),
         fix: "free some memory".into(),
     })?;
     for key in &mut keys {
         key.fill(0);
     }
-    out.open_paths = cli.api_key_open_path.clone();
+    out.open_paths = from.open_paths.to_vec();
     Ok(Some(out))
 }
 
@@ -302,8 +308,8 @@ pub unsafe fn scrub_environment() {
 
 /// Zero the keys the command line gave once they are loaded (argv's own
 /// copy stays: `ps` shows it, which is why the start warns about it).
-pub fn scrub_cli(cli: &mut Cli) {
-    for key in cli.api_key.drain(..) {
+pub fn scrub_keys(keys: &mut Vec<String>) {
+    for key in keys.drain(..) {
         let mut bytes = key.into_bytes();
         bytes.fill(0);
         std::hint::black_box(&bytes);

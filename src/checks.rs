@@ -178,7 +178,7 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
         }
     }
 
-    match crate::auth::load(cli) {
+    match crate::auth::load(cli.key_sources()) {
         Ok(Some(keys)) => {
             f.push(Check::pass("api-keys", keys.describe()));
             if keys.from_command_line() {

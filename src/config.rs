@@ -355,6 +355,17 @@ pub struct Config {
     pub api_keys: Option<std::sync::Arc<crate::auth::ApiKeys>>,
 }
 
+impl Cli {
+    /// What the API keys are loaded from (`auth::load`).
+    pub fn key_sources(&self) -> crate::auth::KeySources<'_> {
+        crate::auth::KeySources {
+            keys: &self.api_key,
+            file: self.api_key_file.as_deref(),
+            open_paths: &self.api_key_open_path,
+        }
+    }
+}
+
 impl Config {
     pub fn from_cli(cli: Cli) -> Config {
         let limits = Limits {
