@@ -22,6 +22,17 @@ pub enum Allow {
     Origin,
 }
 
+impl Allow {
+    /// The `Access-Control-Allow-Origin` value: `*`, or the request's
+    /// `Origin` (`origin`, a span of `buf`).
+    pub fn value(self, origin: super::Span, buf: &[u8]) -> &[u8] {
+        match self {
+            Allow::Any => b"*",
+            Allow::Origin => origin.get(buf),
+        }
+    }
+}
+
 /// The most seconds a browser may cache a preflight's answer.
 pub const MAX_AGE: &[u8] = b"600";
 

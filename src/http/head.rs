@@ -60,6 +60,17 @@ pub struct RequestHead {
     pub is_head_method: bool,
 }
 
+impl RequestHead {
+    /// The value of the first header field called `name` (any case), as a
+    /// span of `buf`, the buffer the head was parsed from.
+    pub fn field(&self, buf: &[u8], name: &[u8]) -> Option<Span> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.get(buf).eq_ignore_ascii_case(name))
+            .map(|&(_, v)| v)
+    }
+}
+
 /// `BodyFraming` with a default, so a `RequestHead` can be reused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BodyFramingField(pub BodyFraming);

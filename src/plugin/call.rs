@@ -266,12 +266,9 @@ fn exchange_for<'a>(job: &'a Job, scratch: &'a mut Vec<u8>, sink: Sink<'a>) -> E
         scratch,
         sink,
     );
-    if let Some((allow, origin)) = job.cors {
-        exchange.cors = Some(match allow {
-            crate::http::cors::Allow::Any => b"*",
-            crate::http::cors::Allow::Origin => origin.get(&job.buf),
-        });
-    }
+    exchange.cors = job
+        .cors
+        .map(|(allow, origin)| allow.value(origin, &job.buf));
     exchange
 }
 

@@ -866,10 +866,8 @@ impl EventLoop {
         }
         let header = |name: &[u8]| {
             job.head
-                .headers
-                .iter()
-                .find(|(n, _)| n.get(&job.buf).eq_ignore_ascii_case(name))
-                .map_or(&b""[..], |(_, v)| v.get(&job.buf))
+                .field(&job.buf, name)
+                .map_or(&b""[..], |v| v.get(&job.buf))
         };
         let now = Instant::now();
         answer::note(

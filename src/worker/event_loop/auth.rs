@@ -24,13 +24,8 @@ impl EventLoop {
         if keys.is_open(ready.head.path.get(buf)) {
             return true;
         }
-        let authorization = ready
-            .head
-            .headers
-            .iter()
-            .find(|(name, _)| name.get(buf).eq_ignore_ascii_case(b"authorization"))
-            .map(|(_, value)| value.get(buf));
-        keys.authorizes(authorization)
+        let authorization = ready.head.field(buf, b"authorization");
+        keys.authorizes(authorization.map(|v| v.get(buf)))
     }
 
     /// 401 with `WWW-Authenticate: Bearer` and a JSON body; the connection
@@ -50,10 +45,7 @@ impl EventLoop {
         let head = &ready.head;
         let keep_alive = head.keep_alive && !draining;
         // A page of an allowed origin may read why it was refused.
-        let origin = cors.map(|(allow, span)| match allow {
-            Allow::Any => b"*".to_vec(),
-            Allow::Origin => span.get(&conn.rbuf).to_vec(),
-        });
+        let origin = cors.map(|(allow, span)| allow.value(span, &conn.rbuf).to_vec());
         let mut headers: Vec<(&[u8], &[u8])> = vec![
             (b"Content-Type", b"application/json"),
             (b"WWW-Authenticate", b"Bearer"),

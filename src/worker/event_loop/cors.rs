@@ -9,15 +9,6 @@ use crate::http::cors::{self, Allow};
 use crate::http::response::{self, BodyLength};
 use crate::worker::connection::Ready;
 
-fn field(buf: &[u8], ready: &Ready, name: &[u8]) -> Option<Span> {
-    ready
-        .head
-        .headers
-        .iter()
-        .find(|(n, _)| n.get(buf).eq_ignore_ascii_case(name))
-        .map(|&(_, v)| v)
-}
-
 impl EventLoop {
     /// The request's `Origin`, when the configured origins allow it.
     pub(super) fn cors_allowed(&self, key: usize, ready: &Ready) -> Option<(Allow, Span)> {
@@ -25,7 +16,7 @@ impl EventLoop {
             return None;
         }
         let buf = &self.conns.get(key)?.rbuf;
-        let origin = field(buf, ready, b"origin")?;
+        let origin = ready.head.field(buf, b"origin")?;
         Some((self.cors.allow(origin.get(buf))?, origin))
     }
 
@@ -36,8 +27,11 @@ impl EventLoop {
         };
         let buf = &conn.rbuf;
         ready.head.method.get(buf) == b"OPTIONS"
-            && field(buf, ready, b"origin").is_some()
-            && field(buf, ready, b"access-control-request-method").is_some()
+            && ready.head.field(buf, b"origin").is_some()
+            && ready
+                .head
+                .field(buf, b"access-control-request-method")
+                .is_some()
     }
 
     /// 204 with what the browser asked for, for an allowed origin; 403
@@ -56,20 +50,18 @@ impl EventLoop {
         let mut headers: Vec<(&[u8], &[u8])> = Vec::with_capacity(6);
         let status = match allowed {
             Some((allow, origin)) => {
-                headers.push((
-                    b"Access-Control-Allow-Origin",
-                    match allow {
-                        Allow::Any => b"*",
-                        Allow::Origin => origin.get(buf),
-                    },
-                ));
-                if let Some(m) = field(buf, &ready, b"access-control-request-method")
+                headers.push((b"Access-Control-Allow-Origin", allow.value(origin, buf)));
+                if let Some(m) = ready
+                    .head
+                    .field(buf, b"access-control-request-method")
                     .map(|m| m.get(buf).trim_ascii())
                     .filter(|m| !m.is_empty() && m.iter().all(|&b| response::is_tchar(b)))
                 {
                     headers.push((b"Access-Control-Allow-Methods", m));
                 }
-                if let Some(h) = field(buf, &ready, b"access-control-request-headers")
+                if let Some(h) = ready
+                    .head
+                    .field(buf, b"access-control-request-headers")
                     .map(|h| h.get(buf))
                     .filter(|h| cors::is_header_list(h))
                 {
