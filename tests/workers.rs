@@ -600,20 +600,7 @@ fn busy_keep_alive_clients_lose_no_request_to_a_reload_or_a_stop() {
     let stop = Arc::new(AtomicBool::new(false));
     let clients = busy_clients(s.addr, 8, Arc::clone(&stop));
     std::thread::sleep(Duration::from_millis(500));
-    s.signal(libc::SIGHUP);
-    for index in 0..2 {
-        assert!(
-            s.wait_for_log(&format!("worker {index} replaced"), Duration::from_secs(30)),
-            "{}",
-            s.log()
-        );
-    }
-    assert_eq!(
-        s.wait_for_log_count("drained:", 2, Duration::from_secs(30)),
-        2,
-        "{}",
-        s.log()
-    );
+    s.reload_and_wait(2);
     std::thread::sleep(Duration::from_millis(300));
     // Then a stop with the clients still sending: each ends when its
     // reconnect is refused.

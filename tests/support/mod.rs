@@ -379,6 +379,25 @@ impl Server {
         None
     }
 
+    /// SIGHUP, then wait until every one of `workers` is replaced and each
+    /// replaced worker has drained (a "drained:" line apiece).
+    pub fn reload_and_wait(&self, workers: usize) {
+        self.signal(libc::SIGHUP);
+        for index in 0..workers {
+            assert!(
+                self.wait_for_log(&format!("worker {index} replaced"), Duration::from_secs(30)),
+                "{}",
+                self.log()
+            );
+        }
+        assert_eq!(
+            self.wait_for_log_count("drained:", workers, Duration::from_secs(30)),
+            workers,
+            "{}",
+            self.log()
+        );
+    }
+
     /// The `--metrics` listener's address, from the server's
     /// "metrics: serving" line (a port the kernel picked, with port 0).
     pub fn metrics_addr(&self) -> SocketAddr {
