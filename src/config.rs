@@ -177,6 +177,18 @@ pub struct Cli {
     #[arg(long, env = "M0_BODY_TIMEOUT", default_value = "30", value_parser = parse_seconds)]
     pub body_timeout: Duration,
 
+    /// Bytes a second a request body must average once `--body-timeout`
+    /// has passed: a body gets that many seconds plus one more for each
+    /// BYTES it has sent, so a trickle that never stalls long enough for
+    /// `--body-timeout` is still cut (408). 0 turns the rule off.
+    #[arg(
+        long,
+        env = "M0_BODY_MIN_RATE",
+        default_value_t = 500,
+        value_name = "BYTES"
+    )]
+    pub body_min_rate: u64,
+
     /// Seconds an idle keep-alive connection stays open; also bounds a
     /// response the client stops reading.
     #[arg(long, env = "M0_IDLE_TIMEOUT", default_value = "60", value_parser = parse_seconds)]

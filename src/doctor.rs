@@ -289,6 +289,7 @@ fn report(cfg: &Config, f: &Findings, exit: i32, sd_notify: Option<&str>) -> Str
         .num("max_uri", cli.max_uri)
         .num("header_timeout_s", cli.header_timeout.as_secs_f64())
         .num("body_timeout_s", cli.body_timeout.as_secs_f64())
+        .num("body_min_rate", cli.body_min_rate)
         .num("idle_timeout_s", cli.idle_timeout.as_secs_f64())
         .num("graceful_timeout_s", cli.graceful_timeout.as_secs_f64())
         .num("max_keepalive_requests", cli.max_keepalive_requests)

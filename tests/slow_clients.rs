@@ -115,3 +115,92 @@ fn a_client_that_never_reads_is_closed_at_the_idle_timeout() {
     );
     assert_eq!(c.get("/").status, 200, "{}", s.log());
 }
+
+/// Sends `body` (after its head) to `/echo` in pieces of `piece` bytes
+/// every `every`, until the server answers or closes; returns the answer
+/// and how many body bytes had been written when it came.
+fn trickle_body(
+    addr: std::net::SocketAddr,
+    body: &[u8],
+    piece: usize,
+    every: Duration,
+) -> (Vec<u8>, usize) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let mut c = TcpStream::connect(addr).unwrap();
+    let head = format!(
+        "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    c.write_all(head.as_bytes()).unwrap();
+    let sent = Arc::new(AtomicUsize::new(0));
+    let mut writer = c.try_clone().unwrap();
+    let (body_owned, sent_w) = (body.to_vec(), sent.clone());
+    let w = std::thread::spawn(move || {
+        for part in body_owned.chunks(piece) {
+            if writer.write_all(part).is_err() {
+                return;
+            }
+            sent_w.fetch_add(part.len(), Ordering::SeqCst);
+            std::thread::sleep(every);
+        }
+    });
+    c.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    // Until the whole answer is in (the echo's length is known) or the close.
+    loop {
+        match c.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+        }
+        if status_of(&out) == 200 && out.ends_with(body) {
+            break;
+        }
+    }
+    let at_answer = sent.load(Ordering::SeqCst);
+    drop(c);
+    let _ = w.join();
+    (out, at_answer)
+}
+
+/// A body that never stalls as long as `--body-timeout` but trickles in
+/// below `--body-min-rate` is cut with 408 long before its end, while a
+/// body above the rate on the same server is served whole; with the rate
+/// rule off (0) the same trickle is served, as before the rule existed.
+#[test]
+fn a_body_below_the_minimum_rate_is_cut_and_one_above_it_is_served() {
+    let s = hello_c(&["--body-timeout", "1", "--body-min-rate", "100"]);
+    let body: Vec<u8> = (0..400).map(|i| b'a' + (i % 26) as u8).collect();
+    let addr = s.addr;
+    // 10 bytes every 20 ms: about 500 bytes/s, above the rate.
+    let fast_body = body.clone();
+    let fast = std::thread::spawn(move || {
+        trickle_body(addr, &fast_body, 10, Duration::from_millis(20))
+    });
+    // A byte every 100 ms: 10 bytes/s, each gap well inside the 1 s timeout.
+    let (slow_out, slow_sent) = trickle_body(s.addr, &body, 1, Duration::from_millis(100));
+    assert_eq!(
+        status_of(&slow_out),
+        408,
+        "{}\n{}",
+        String::from_utf8_lossy(&slow_out),
+        s.log()
+    );
+    assert!(
+        slow_sent < body.len() / 2,
+        "cut only after {slow_sent} of {} bytes",
+        body.len()
+    );
+    let (fast_out, fast_sent) = fast.join().unwrap();
+    assert_eq!(status_of(&fast_out), 200, "{}", s.log());
+    assert!(fast_out.ends_with(&body));
+    assert_eq!(fast_sent, body.len());
+
+    let off = hello_c(&["--body-timeout", "1", "--body-min-rate", "0"]);
+    let short = &body[..30];
+    let (out, sent) = trickle_body(off.addr, short, 1, Duration::from_millis(100));
+    assert_eq!(status_of(&out), 200, "{}", off.log());
+    assert!(out.ends_with(short));
+    assert_eq!(sent, short.len());
+}

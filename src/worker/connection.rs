@@ -72,6 +72,11 @@ pub struct Conn {
     continue_sent: bool,
     /// From the metrics listener: its requests are scrapes.
     pub scraper: bool,
+    /// Bytes read from the socket since the connection opened.
+    pub read_total: u64,
+    /// When the current request's body began and `read_total` then: what
+    /// the body's minimum rate is reckoned from.
+    pub body_began: Option<(Instant, u64)>,
 }
 
 /// A request ready for the pool.
@@ -113,6 +118,8 @@ impl Conn {
             read_closed: false,
             continue_sent: false,
             scraper: false,
+            read_total: 0,
+            body_began: None,
         }
     }
 
@@ -270,6 +277,7 @@ impl Conn {
                 let n = n as usize;
                 // SAFETY: recv initialised the first n bytes of the spare capacity.
                 unsafe { self.rbuf.set_len(self.rbuf.len() + n) };
+                self.read_total += n as u64;
                 got = true;
                 if n < want {
                     // A short read drained the socket; the next arrival is

@@ -84,7 +84,31 @@ const NEXT_REQUEST_GRACE: Duration = Duration::from_millis(500);
 pub struct Timeouts {
     pub header: Option<Duration>,
     pub body: Option<Duration>,
+    /// `--body-min-rate` in bytes a second (0: off).
+    pub body_min_rate: u64,
     pub idle: Option<Duration>,
+}
+
+impl Timeouts {
+    /// When a body waiting for more bytes times out: `--body-timeout` after
+    /// its last progress, or sooner when it has averaged less than
+    /// `--body-min-rate` since it began (the allowance: `--body-timeout`
+    /// plus a second per `--body-min-rate` bytes received).
+    fn body_deadline(
+        &self,
+        now: Instant,
+        began: (Instant, u64),
+        read_total: u64,
+    ) -> Option<Instant> {
+        let stall = now + self.body?;
+        if self.body_min_rate == 0 {
+            return Some(stall);
+        }
+        let received = read_total.saturating_sub(began.1);
+        let allowance =
+            self.body? + Duration::from_secs_f64(received as f64 / self.body_min_rate as f64);
+        Some(stall.min(began.0 + allowance))
+    }
 }
 
 pub struct EventLoop {
@@ -182,6 +206,7 @@ impl EventLoop {
             timeouts: Timeouts {
                 header: Config::timeout(cli.header_timeout),
                 body: Config::timeout(cli.body_timeout),
+                body_min_rate: cli.body_min_rate,
                 idle: Config::timeout(cli.idle_timeout),
             },
             max_keepalive_requests: cli.max_keepalive_requests,
@@ -672,7 +697,10 @@ impl EventLoop {
                     // body gets the body timeout from its last progress.
                     let now = self.now;
                     match conn.phase {
-                        Phase::Body { .. } => conn.deadline = self.timeouts.body.map(|t| now + t),
+                        Phase::Body { .. } => {
+                            let began = *conn.body_began.get_or_insert((now, conn.read_total));
+                            conn.deadline = self.timeouts.body_deadline(now, began, conn.read_total)
+                        }
                         Phase::Head if !had_bytes && !conn.rbuf.is_empty() => {
                             conn.deadline = self.timeouts.header.map(|t| now + t)
                         }
@@ -696,6 +724,7 @@ impl EventLoop {
                     return;
                 }
                 Step::Dispatch(ready) => {
+                    conn.body_began = None;
                     if !self.dispatch(key, ready) {
                         return;
                     }
@@ -1045,7 +1074,10 @@ impl EventLoop {
                 ),
                 Phase::Body { .. } => self.refuse(
                     key,
-                    HttpError::new(408, "request body not received in time"),
+                    HttpError::new(
+                        408,
+                        "request body not received in time (--body-timeout, --body-min-rate)",
+                    ),
                 ),
                 Phase::Linger | Phase::Flushing { .. } => self.close(key),
                 Phase::Dispatched => {}
