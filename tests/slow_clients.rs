@@ -175,9 +175,8 @@ fn a_body_below_the_minimum_rate_is_cut_and_one_above_it_is_served() {
     let addr = s.addr;
     // 10 bytes every 20 ms: about 500 bytes/s, above the rate.
     let fast_body = body.clone();
-    let fast = std::thread::spawn(move || {
-        trickle_body(addr, &fast_body, 10, Duration::from_millis(20))
-    });
+    let fast =
+        std::thread::spawn(move || trickle_body(addr, &fast_body, 10, Duration::from_millis(20)));
     // A byte every 100 ms: 10 bytes/s, each gap well inside the 1 s timeout.
     let (slow_out, slow_sent) = trickle_body(s.addr, &body, 1, Duration::from_millis(100));
     assert_eq!(

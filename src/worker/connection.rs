@@ -142,6 +142,11 @@ impl Conn {
         !self.out.is_empty() && matches!(self.phase, Phase::Head | Phase::Body { .. })
     }
 
+    /// Reading or parsing may go on: the state `drive` continues from.
+    pub fn may_drive(&self) -> bool {
+        matches!(self.phase, Phase::Head | Phase::Body { .. })
+    }
+
     pub fn is_idle(&self) -> bool {
         matches!(self.phase, Phase::Head) && self.rbuf.is_empty()
     }

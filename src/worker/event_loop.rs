@@ -72,6 +72,11 @@ const ACCEPT_BATCH: usize = 64;
 const DRAIN_ACCEPT_ROUNDS: usize = 16;
 /// How long a closing connection waits for the client to go away.
 const LINGER: Duration = Duration::from_secs(2);
+/// Requests one connection may have answered inline before the loop turns
+/// to the others: a client that keeps its pipe full of pipelined requests
+/// (megabytes sit in the socket buffers) would otherwise hold the loop
+/// until it stops sending, and every other connection would wait.
+const DRIVE_BUDGET: u32 = 64;
 /// Timeouts are checked at this granularity.
 const SWEEP_EVERY: Duration = Duration::from_millis(250);
 /// How long a draining worker waits for the first request of a connection
@@ -130,6 +135,10 @@ pub struct EventLoop {
     accept_owed: bool,
     accept_pause: accept_pause::AcceptPause,
     drain_deadline: Option<Instant>,
+    /// Connections that spent their `DRIVE_BUDGET` with requests still
+    /// buffered or unread: driven again after this turn's events, with no
+    /// event to announce them (the socket's edge has passed).
+    resume: Vec<usize>,
     next_sweep: Instant,
     inline: Option<InlineCalls>,
     loop_calls: Option<LoopCalls>,
@@ -218,6 +227,7 @@ impl EventLoop {
             accept_owed: false,
             accept_pause: Default::default(),
             drain_deadline: None,
+            resume: Vec::new(),
             next_sweep: Instant::now() + SWEEP_EVERY,
             inline: None,
             loop_calls: None,
@@ -336,6 +346,15 @@ impl EventLoop {
                 Token(key) => self.on_socket_event(key),
             }
         }
+        // Those cut short last turn, after this turn's events: each waited
+        // one round of the others.
+        let resume = std::mem::take(&mut self.resume);
+        for &key in &resume {
+            if self.conns.get(key).is_some_and(|c| c.may_drive()) {
+                self.drive(key);
+            }
+        }
+        self.resume_spare(resume);
         self.pool.drain_completions(completions);
         for done in completions.drain(..) {
             self.on_completion(done);
@@ -376,8 +395,17 @@ impl EventLoop {
         Ok(None)
     }
 
+    /// Keep the resume list's allocation for the next turn (unless a
+    /// resumed connection already started a new list).
+    fn resume_spare(&mut self, mut spare: Vec<usize>) {
+        if self.resume.is_empty() {
+            spare.clear();
+            self.resume = spare;
+        }
+    }
+
     fn poll_timeout(&self) -> Option<Duration> {
-        if self.accept_owed || self.channel_owed {
+        if self.accept_owed || self.channel_owed || !self.resume.is_empty() {
             return Some(Duration::ZERO);
         }
         let mut timeout = None;
@@ -686,10 +714,17 @@ impl EventLoop {
     /// Parse and dispatch whatever the connection has, answering pipelined
     /// requests in turn while inline calls complete them on the spot.
     fn drive(&mut self, key: usize) {
+        let mut answered = 0;
         loop {
             let Some(conn) = self.conns.get_mut(key) else {
                 return;
             };
+            if answered == DRIVE_BUDGET {
+                if !self.resume.contains(&key) {
+                    self.resume.push(key);
+                }
+                return;
+            }
             let had_bytes = !conn.rbuf.is_empty();
             match conn.advance(&self.limits, &mut self.head_scratch) {
                 Step::Wait => {
@@ -728,6 +763,7 @@ impl EventLoop {
                     if !self.dispatch(key, ready) {
                         return;
                     }
+                    answered += 1;
                 }
                 Step::Refuse(err) => return self.refuse(key, err),
                 Step::Close => return self.close(key),

@@ -1,0 +1,291 @@
+"""slowloris: eight ordinary clients beside connections that hold the server
+without finishing, against the same clients alone.
+
+m0serve hello_c, one worker pinned to CPU 0; wrk -t1 -c8 (the ordinary
+clients, keep-alive GET /) pinned to CPU 1, as is the attacker, a thread
+of this harness. Each row is one attack, measured for DURATION s after the
+attack has run WARM s (so its connections have been cut and reopened at
+least once):
+
+- none: the baseline, started with the same flags;
+- slow heads: 1,000 connections each sending a request head a byte a
+  second; one that is cut (408 or a close) is reopened at once, so 1,000
+  are always open, as a real slowloris keeps them;
+- slow bodies: 1,000 POSTs whose head arrives whole and whose body then
+  arrives a byte a second (below `--body-min-rate`), reopened when cut;
+- never reading: 16 connections pipelining GET /stream and reading
+  nothing, reopened when closed (at `--idle-timeout`, which also bounds a
+  response the client stops reading);
+- 10,000 idle: 10,000 keep-alive connections, each served once, then
+  silent; none may be closed during the run (the idle timeout is longer).
+
+The server runs with `--header-timeout 5 --body-timeout 5 --idle-timeout 5`
+(120 for the idle row and its own baseline is the same server), so a run
+sees each attack cut about twice. What the attack connections got is
+counted: 408, closed without an answer, or answered (which no slow head
+or body may be).
+"""
+
+import os
+import resource
+import selectors
+import socket
+import threading
+import time
+
+import harness as h
+
+TITLE = "slowloris — 8 ordinary clients beside slow heads, slow bodies, non-readers, 10k idle connections"
+ABOUT = ("Whether connections that never finish, or never read, or sit idle by the "
+         "thousand slow down the clients that behave, and whether each is cut.")
+TARGET = ("The ordinary clients' p99 within 2x of the run without the attack; every slow "
+          "connection gets 408 or is closed at its timeout, none answered; 10,000 idle "
+          "connections all held.")
+NEEDS = ["wrk", "m0serve"]
+PORT = 18300
+WARM = 7
+BODY = b"hello, world\n"
+SLOW_HEAD = b"GET / HTTP/1.1\r\nHost: bench\r\nUser-Agent: slowloris\r\nX-Padding: " + b"a" * 200 + b"\r\n\r\n"
+SLOW_BODY_HEAD = b"POST /echo HTTP/1.1\r\nHost: bench\r\nContent-Length: 100000\r\n\r\n"
+STREAM = b"GET /stream HTTP/1.1\r\nHost: bench\r\n\r\n"
+
+
+def flags(idle_timeout: int) -> list[str]:
+    return ["{m0serve}", "--plugin", "hello_c", "--host", "127.0.0.1", "--port", "{port}",
+            "--workers", "1", "--max-keepalive-requests", "0", "--header-timeout", "5",
+            "--body-timeout", "5", "--idle-timeout", str(idle_timeout)]
+
+
+class Attack:
+    """Keeps `count` attack connections open until stopped; tallies how each
+    one that ended was ended."""
+
+    def __init__(self, kind: str, count: int):
+        self.kind, self.count = kind, count
+        self.stopped = threading.Event()
+        self.tally = {"408": 0, "closed": 0, "answered": 0, "opened": 0}
+        self.sel = selectors.DefaultSelector()
+        self.conns: dict[int, list] = {}   # fd -> [socket, bytes sent, bytes read]
+
+    def open(self) -> None:
+        s = socket.create_connection(("127.0.0.1", PORT))
+        s.setblocking(False)
+        self.tally["opened"] += 1
+        state = [s, 0, b""]
+        self.conns[s.fileno()] = state
+        # A non-reader learns of its close from a failed send: its socket
+        # is always readable (the answers it never reads).
+        if self.kind != "never reading":
+            self.sel.register(s, selectors.EVENT_READ)
+        if self.kind == "slow bodies":
+            s.send(SLOW_BODY_HEAD)
+
+    def end(self, fd: int) -> None:
+        s, _, got = self.conns.pop(fd)
+        if self.kind != "never reading":
+            self.sel.unregister(s)
+        s.close()
+        if self.kind == "never reading":
+            self.tally["closed"] += 1
+        elif got.startswith(b"HTTP/1.1 408"):
+            self.tally["408"] += 1
+        elif not got:
+            self.tally["closed"] += 1
+        else:
+            self.tally["answered"] += 1
+
+    def step(self) -> None:
+        """One second's worth: a byte to each slow connection (or as many
+        requests as a non-reader's socket takes)."""
+        for fd, state in list(self.conns.items()):
+            s = state[0]
+            try:
+                if self.kind == "slow heads":
+                    s.send(SLOW_HEAD[state[1] % len(SLOW_HEAD):][:1])
+                    state[1] += 1
+                elif self.kind == "slow bodies":
+                    s.send(b"x")
+                    state[1] += 1
+                elif self.kind == "never reading":
+                    while True:
+                        state[1] += s.send(STREAM * 64)
+            except BlockingIOError:
+                pass
+            except OSError:
+                self.end(fd)
+
+    def poll(self, timeout: float) -> None:
+        for key, _ in self.sel.select(timeout):
+            fd = key.fd
+            if fd not in self.conns:
+                continue
+            state = self.conns[fd]
+            if self.kind == "idle":
+                # An idle connection reads only to learn that it was closed.
+                try:
+                    data = state[0].recv(1, socket.MSG_PEEK)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data = b""
+                if not data:
+                    self.end(fd)
+                continue
+            try:
+                data = state[0].recv(65536)
+            except BlockingIOError:
+                continue
+            except OSError:
+                data = b""
+            if data:
+                state[2] += data
+            else:
+                self.end(fd)
+
+    def run(self) -> None:
+        # Opened over the first second, so the cuts do not all fall at once.
+        for i in range(self.count):
+            self.open()
+            if self.count <= 1000:
+                time.sleep(1.0 / self.count)
+        if self.kind == "idle":
+            self.make_idle()
+        while not self.stopped.is_set():
+            t = time.monotonic() + 1.0
+            if self.kind != "idle":
+                self.step()
+            while (left := t - time.monotonic()) > 0 and not self.stopped.is_set():
+                self.poll(left)
+            if self.kind != "idle":
+                while len(self.conns) < self.count and not self.stopped.is_set():
+                    self.open()
+
+    def make_idle(self) -> None:
+        # Each idle connection is served once, then says nothing more.
+        for state in self.conns.values():
+            state[0].send(b"GET / HTTP/1.1\r\nHost: bench\r\n\r\n")
+        pending = set(self.conns)
+        deadline = time.monotonic() + 60
+        while pending and time.monotonic() < deadline:
+            for key, _ in self.sel.select(1.0):
+                state = self.conns[key.fd]
+                state[2] += state[0].recv(4096)
+                if state[2].endswith(BODY):
+                    pending.discard(key.fd)
+                    state[2] = b""
+        if pending:
+            raise h.BenchError(f"{len(pending)} of {self.count} idle connections never got their answer")
+
+    def finish(self) -> dict:
+        self.stopped.set()
+        still = len(self.conns)
+        for fd in list(self.conns):
+            s = self.conns.pop(fd)[0]
+            s.close()
+        return {**self.tally, "open at end": still}
+
+
+ATTACKS = [("none", 0, 300), ("slow heads", 1000, 300), ("slow bodies", 1000, 300),
+           ("never reading", 16, 5), ("idle", 10_000, 300)]
+
+
+def one(kind: str, count: int, idle_timeout: int, seconds: float) -> dict:
+    server = h.Server(f"m0serve ({kind})", flags(idle_timeout), cpus="0", expect=BODY)
+    h.wait_port_free(PORT)
+    run = h.start(server, PORT)
+    try:
+        attack = Attack(kind, count)
+        t = threading.Thread(target=attack.run, daemon=True)
+        if count:
+            t.start()
+            time.sleep(WARM if kind != "idle" else 2)
+            if kind == "idle":
+                while t.is_alive() and attack.tally["opened"] < count:
+                    time.sleep(0.5)
+                time.sleep(3)   # make_idle answered
+        rss0 = rss_kib(run.pid)
+        r = h.measure(run, h.Load(conns=8), seconds)
+        r["rss"] = rss_kib(run.pid)
+        r["rss0"] = rss0
+        r["attack"] = attack.finish() if count else {}
+        if count:
+            t.join(5)
+    finally:
+        h.stop(run)
+    return r
+
+
+def rss_kib(supervisor: int) -> int:
+    total = 0
+    for pid in h.tree_pids(supervisor):
+        if pid == supervisor:
+            continue
+        try:
+            for line in open(f"/proc/{pid}/status"):
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
+def run(opts) -> h.Report:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard < 10_500:
+        raise h.BenchError(f"RLIMIT_NOFILE hard limit {hard} is below 10,500: raise it to run the idle row")
+    # The server inherits it: 10,000 idle connections need the descriptors.
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    os.sched_setaffinity(0, {1})
+    seconds = 3 if opts.quick else (opts.duration or 10)
+    rounds = opts.rounds or (1 if opts.quick else 3)
+    results: dict[str, list[dict]] = {k: [] for k, _, _ in ATTACKS}
+    for i in range(rounds):
+        order = ATTACKS if i % 2 == 0 else ATTACKS[::-1]
+        for kind, count, idle in order:
+            r = one(kind, count, idle, seconds)
+            h.log(f"round {i + 1} {kind}: {h.fmt_rps(r['rps'])} req/s, p99 {h.fmt_us(r['p99'])}, "
+                  f"attack {r['attack']}")
+            results[kind].append(r)
+    base = results["none"]
+    base_p99 = h.median([r["p99"] for r in base])
+    base_p50 = h.median([r["p50"] for r in base])
+    base_rps = h.median([r["rps"] for r in base])
+    rows = []
+    for kind, count, _ in ATTACKS:
+        rs = results[kind]
+        p99, p50, rps = (h.median([r[k] for r in rs]) for k in ("p99", "p50", "rps"))
+        tally = {k: sum(r["attack"].get(k, 0) for r in rs) for k in ("opened", "408", "closed", "answered", "open at end")}
+        if kind == "idle":
+            per_conn = h.median([(r["rss0"] - base_rss(base)) / count for r in rs])
+            fate = f"{tally['open at end']:,} of {count * len(rs):,} held; {per_conn:.2f} KiB RSS each"
+        elif count:
+            fate = (f"{tally['opened']:,} opened: {tally['408']:,} got 408, {tally['closed']:,} closed, "
+                    f"{tally['answered']} answered")
+        else:
+            fate = "-"
+        rows.append([kind, f"{count:,}", h.fmt_rps(rps), h.fmt_ratio(rps / base_rps), h.fmt_us(p50),
+                     h.fmt_ratio(p50 / base_p50), h.fmt_us(p99), h.fmt_ratio(p99 / base_p99),
+                     f"{h.median([r['cpu'] for r in rs]):.0f}%", f"{h.median([r['wrk_cpu'] for r in rs]):.0f}%",
+                     f"{max(r['other'] for r in rs):.0f}%", fate])
+    worst = max(h.median([r["p99"] for r in results[k]]) / base_p99 for k, c, _ in ATTACKS if c)
+    return h.Report(
+        TITLE,
+        ["attack", "connections", "req/s (8 clients)", "÷ none", "p50", "÷ none", "p99", "÷ none",
+         "server CPU", "wrk CPU", "other load", "attack connections' fate"],
+        rows,
+        setup=[f"`m0serve --plugin hello_c --workers 1 --header-timeout 5 --body-timeout 5 "
+               f"--idle-timeout 5|300` on CPU 0; `wrk -t1 -c8 -d{seconds}s` and the attacker on CPU 1; "
+               f"{rounds} round(s), attacks alternating in order; medians; the fate column sums the rounds."],
+        notes=[f"Target: p99 within 2x of none for every attack: worst {h.fmt_ratio(worst)} "
+               f"({'met' if worst <= 2.0 else '**not met**'}).",
+               "Slow bodies send 1 byte/s, below the default `--body-min-rate` of 500 bytes/s, so each is "
+               "cut (408) after `--body-timeout` (5 s) plus a second per 500 bytes received; without the "
+               "rate rule a body whose gaps stay under `--body-timeout` is never cut.",
+               "never reading: the server stops writing to a connection whose socket is full, and closes "
+               "it when it has made no progress for `--idle-timeout`.",
+               "idle: RSS per connection = (worker RSS with the 10,000 idle - the baseline's worker RSS) / "
+               "10,000; the kernel's socket buffers are not in it."])
+
+
+def base_rss(base: list[dict]) -> float:
+    return h.median([r["rss0"] for r in base])
