@@ -655,4 +655,19 @@ fn a_wsgi_app_behind_an_api_key_never_sees_a_request_without_it_nor_the_key() {
     // The app's own answer to the path refused above.
     let stats = request(srv.port, "GET", "/stats", &[("Authorization", &auth)], b"");
     assert_eq!(stats.status, 200);
+    // The core checked the key and keeps it from the app: no
+    // HTTP_AUTHORIZATION in the environ, the key nowhere in it, while the
+    // request's other headers arrive.
+    let environ = request(
+        srv.port,
+        "GET",
+        "/environ",
+        &[("Authorization", &auth), ("X-Other", "kept")],
+        b"",
+    );
+    assert_eq!(environ.status, 200, "{}", srv.log());
+    let dump = String::from_utf8_lossy(&environ.body);
+    assert!(dump.contains("HTTP_X_OTHER='kept'"), "{dump}");
+    assert!(!dump.contains("HTTP_AUTHORIZATION"), "{dump}");
+    assert!(!dump.contains(key), "{dump}");
 }

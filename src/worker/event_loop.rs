@@ -773,7 +773,7 @@ impl EventLoop {
 
     /// Returns true when the request was answered inline and the
     /// connection can take the next one at once.
-    fn dispatch(&mut self, key: usize, ready: Ready) -> bool {
+    fn dispatch(&mut self, key: usize, mut ready: Ready) -> bool {
         if !self.settle_interim(key) {
             self.head_scratch_return(ready.head);
             return false;
@@ -792,6 +792,7 @@ impl EventLoop {
         if !self.is_authorized(key, &ready) {
             return self.answer_unauthorized(key, ready, cors);
         }
+        self.hide_checked_key(key, &mut ready);
         let Some(conn) = self.conns.get_mut(key) else {
             return false;
         };

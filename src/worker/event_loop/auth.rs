@@ -28,6 +28,24 @@ impl EventLoop {
         keys.authorizes(authorization.map(|v| v.get(buf)))
     }
 
+    /// Once the core has checked a request's key, the plugin does not see
+    /// it: an app that logs or echoes its headers cannot leak the key. On
+    /// an open path (`--api-key-open-path`, the health path) nothing was
+    /// checked, and an app's own Authorization reaches it unchanged.
+    pub(super) fn hide_checked_key(&self, key: usize, ready: &mut Ready) {
+        let (Some(keys), Some(conn)) = (&self.api_keys, self.conns.get(key)) else {
+            return;
+        };
+        let buf = &conn.rbuf;
+        if keys.is_open(ready.head.path.get(buf)) {
+            return;
+        }
+        ready
+            .head
+            .headers
+            .retain(|(n, _)| !n.get(buf).eq_ignore_ascii_case(b"authorization"));
+    }
+
     /// 401 with `WWW-Authenticate: Bearer` and a JSON body; the connection
     /// stays open for a request with a key. True when it is ready for its
     /// next request now.
