@@ -138,8 +138,12 @@ def run(opts) -> h.Report:
     seconds = 40 if opts.quick else (opts.duration or 600)
     warm = 10 if opts.quick else WARM
     runs = []
+    log_start = {}
     for server, port in servers():
         h.wait_port_free(port)
+        log = h.server_dir(server) / "server.log"
+        # The log is appended to across runs: count this run's lines only.
+        log_start[server.name] = log.stat().st_size if log.exists() else 0
         runs.append(h.start(server, port))
     try:
         stop = threading.Event()
@@ -173,9 +177,18 @@ def run(opts) -> h.Report:
         stop.set()
         for t in (*loads, bodies, fresh):
             t.join(120)
-        worker_starts = {run.server.name: len(re.findall(r"worker \d+ pid=\d+ started",
-                                                         open(run.logpath, errors="replace").read()))
-                         for run in runs}
+        worker_starts = {}
+        for run in runs:
+            with open(run.logpath, "rb") as f:
+                f.seek(log_start[run.server.name])
+                text = f.read().decode(errors="replace")
+            worker_starts[run.server.name] = len(re.findall(r"worker \d+ pid=\d+ started", text))
+        # Every sample, for a look at the shape behind a slope.
+        with open(h.OUT / "soak-samples.csv", "w") as f:
+            f.write("server,process,seconds,rss_kib,fds\n")
+            for (name, role), pts in sorted(samples.items()):
+                for t, r, n in pts:
+                    f.write(f"{name},{role},{t:.0f},{r},{n}\n")
     finally:
         for run in runs:
             h.stop(run)
