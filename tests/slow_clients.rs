@@ -8,7 +8,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use support::{Client, hello_c, status_of};
+use support::{Client, hello_c, scratch_dir, status_of};
 
 /// 300 connections trickle a head a byte every 100 ms; the header timeout
 /// (1 s, from the first byte) ends every one with 408 or a close, and 200
@@ -202,4 +202,94 @@ fn a_body_below_the_minimum_rate_is_cut_and_one_above_it_is_served() {
     assert_eq!(status_of(&out), 200, "{}", off.log());
     assert!(out.ends_with(short));
     assert_eq!(sent, short.len());
+}
+
+/// Two clients, each with a pipe full of pipelined requests (megabytes in
+/// the socket buffers) and each reading every answer as fast as it comes:
+/// the loop answers at most 64 of one connection's requests before it
+/// turns to the other, so in the access log (a line per answer, in the
+/// order written) the two alternate in runs of at most 64. Without the
+/// bound one connection is answered until its socket runs dry or its
+/// answers spill, thousands in a row.
+#[test]
+fn pipelining_clients_take_turns_of_at_most_64_answers() {
+    let log = scratch_dir("slow_clients").join("turns.log");
+    let _ = std::fs::remove_file(&log);
+    let mut s = hello_c(&[
+        "--max-keepalive-requests",
+        "0",
+        "--access-log",
+        log.to_str().unwrap(),
+        "--access-log-format",
+        "combined",
+    ]);
+    const N: usize = 100_000;
+    let hogs: Vec<_> = ["/a", "/b"]
+        .into_iter()
+        .map(|path| {
+            let addr = s.addr;
+            std::thread::spawn(move || {
+                let request = format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n");
+                let mut c = TcpStream::connect(addr).unwrap();
+                let mut reader = c.try_clone().unwrap();
+                // Read answers as they come, counting them, until all N are in.
+                let read = std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 1 << 20];
+                    let (mut seen, mut tail) = (0usize, Vec::new());
+                    while seen < N {
+                        let n = match reader.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        tail.extend_from_slice(&buf[..n]);
+                        seen += tail.windows(4).filter(|w| w == b"\r\n\r\n").count();
+                        let keep = tail.len().saturating_sub(3);
+                        tail.drain(..keep);
+                    }
+                    seen
+                });
+                c.write_all(request.repeat(N).as_bytes()).unwrap();
+                read.join().unwrap()
+            })
+        })
+        .collect();
+    for hog in hogs {
+        assert_eq!(hog.join().unwrap(), N, "{}", s.log());
+    }
+    s.signal(libc::SIGTERM);
+    s.wait_exit(Duration::from_secs(30));
+    let text = std::fs::read_to_string(&log).unwrap();
+    // Runs of consecutive answers to the same connection, while both had
+    // requests left (the last run of each is only what the other left).
+    let order: Vec<bool> = text
+        .lines()
+        .filter(|l| l.contains("GET /a ") || l.contains("GET /b "))
+        .map(|l| l.contains("GET /a "))
+        .collect();
+    assert_eq!(order.len(), 2 * N);
+    let mut runs = Vec::new();
+    let mut len = 1;
+    for w in order.windows(2) {
+        if w[0] == w[1] {
+            len += 1;
+        } else {
+            runs.push(len);
+            len = 1;
+        }
+    }
+    runs.sort_unstable();
+    let median = runs.get(runs.len() / 2).copied().unwrap_or(2 * N);
+    eprintln!(
+        "pipelining: {} alternations, median run {median}, longest {:?}",
+        runs.len(),
+        runs.last()
+    );
+    // Twice the bound: a turn in which the other had nothing ready (its
+    // reader behind on a busy machine) joins two runs; without the bound
+    // the median is in the thousands.
+    assert!(
+        median <= 128,
+        "median run of one connection's answers {median} (of {} runs)",
+        runs.len()
+    );
 }
