@@ -119,30 +119,45 @@ fn a_socket_unit_that_passes_anything_but_one_listener_is_refused_with_78() {
 fn systemd_socket_activate_starts_the_server_with_its_socket() {
     let _serial = support::serial();
     support::ensure_apt_tool("systemd-socket-activate", "--help", "systemd");
-    let addr = {
-        let probe = TcpListener::bind("127.0.0.1:0").unwrap();
-        probe.local_addr().unwrap()
-    };
+    // The activator cannot be told port 0 and say which it got: a free
+    // port is found, and another one tried if some other test took it
+    // before the activator bound it.
     let hello = plugin("hello_c");
-    let mut activator = Command::new("systemd-socket-activate")
-        .arg("-l")
-        .arg(addr.to_string())
-        .arg(binary())
-        .args(["--plugin", hello.to_str().unwrap(), "--workers", "1"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .unwrap();
-    // It listens before it starts anything: retry until it does.
-    let mut answer = String::new();
-    for _ in 0..100 {
-        if TcpStream::connect(addr).is_ok() {
-            answer = get(addr);
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (addr, mut activator) = (0..5)
+        .find_map(|_| {
+            let addr = TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap();
+            let mut child = Command::new("systemd-socket-activate")
+                .arg("-l")
+                .arg(addr.to_string())
+                .arg(binary())
+                .args(["--plugin", hello.to_str().unwrap(), "--workers", "1"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .process_group(0)
+                .spawn()
+                .unwrap();
+            for _ in 0..100 {
+                if let Some(status) = child.try_wait().unwrap() {
+                    let mut err = String::new();
+                    let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+                    assert!(
+                        err.contains("in use"),
+                        "the activator exited {status}: {err}"
+                    );
+                    return None;
+                }
+                if TcpStream::connect(addr).is_ok() {
+                    return Some((addr, child));
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            panic!("the activator never listened on {addr}");
+        })
+        .expect("five free ports were each taken before the activator bound them");
+    let answer = get(addr);
     // SAFETY: the activator execs the server in its own process group.
     unsafe { libc::kill(-(activator.id() as i32), libc::SIGTERM) };
     let status = activator.wait().unwrap();
