@@ -84,6 +84,7 @@ fn c_lays_out_every_boundary_struct_as_rust_does() {
         ("M0Request.peer", offset_of!(abi::M0Request, peer)),
         ("M0Request.host_data", offset_of!(abi::M0Request, host_data)),
         ("M0Request.flags", offset_of!(abi::M0Request, flags)),
+        ("M0Request.queued_ns", offset_of!(abi::M0Request, queued_ns)),
         ("M0Host.log", offset_of!(abi::M0Host, log)),
         ("M0Host.counter_add", offset_of!(abi::M0Host, counter_add)),
         ("M0Host.fact", offset_of!(abi::M0Host, fact)),

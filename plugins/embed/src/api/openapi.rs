@@ -44,6 +44,21 @@ const LIMITS: &[(&str, Limit)] = &[
         "/components/schemas/OpenAiRequest/properties/dimensions/maximum",
         |l| l.dim,
     ),
+    (
+        "/components/schemas/TeiRequest/properties/dimensions/maximum",
+        |l| l.dim,
+    ),
+    (
+        "/components/schemas/TokenizeRequest/properties/inputs/oneOf/1/maxItems",
+        |l| l.max_client_batch_size,
+    ),
+    (
+        "/components/schemas/DecodeRequest/properties/ids/oneOf/1/maxItems",
+        |l| l.max_client_batch_size,
+    ),
+    ("/components/schemas/DecodeId/maximum", |l| {
+        l.vocab.saturating_sub(1)
+    }),
 ];
 
 /// Where the token-id forms are in `oneOf` of `TeiInputs` and
@@ -218,9 +233,8 @@ mod tests {
             ];
             // TEI's fields alone: a prompt, text pairs.
             if f == Flavor::Tei {
-                for code in ["prompt_unsupported", "pairs_unsupported"] {
-                    all.push(ApiError::invalid(f, "inputs", "x".into()).with_code(code));
-                }
+                all.push(ApiError::unknown_prompt(f, "x", &["query"]));
+                all.push(ApiError::invalid(f, "inputs", "x".into()).with_code("pairs_unsupported"));
             }
             all
         };
