@@ -248,7 +248,7 @@ fn prompts_come_from_the_model_folder_and_the_default_prompt_settings() {
         let got = embed_one(&mut c, json!({"inputs": text}));
         assert!(max_diff(&got, &prompted) < 1e-6, "{env:?}");
         let (_, v, _) = post(&mut c, "/v1/embeddings", &json!({"input": text}));
-        assert_eq!(v["usage"]["prompt_tokens"].as_u64().unwrap() > 0, true);
+        assert!(v["usage"]["prompt_tokens"].as_u64().unwrap() > 0, "{v}");
         let passage = embed_one(&mut c, json!({"inputs": text, "prompt_name": "passage"}));
         assert!(max_diff(&passage, &prompted) > 1e-3, "{env:?}");
     }

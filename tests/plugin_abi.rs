@@ -271,15 +271,16 @@ fn a_plugin_written_for_abi_1_1_loads_serves_and_is_called_inline() {
     }
     assert_eq!(support::get(s.addr, "/elsewhere").status, 404);
     let seen = sizes(&s);
-    // Today's host table is longer than the one 1.1 knew (no `fact`); the
-    // request is the one 1.1 defined, `flags` included.
+    // Today's host table is longer than the one 1.1 knew (no `fact`), and
+    // so is the request (1.5's `queued_ns` after 1.1's `flags`), which the
+    // plugin reads no further than it knows.
     assert_eq!(
         seen["host_known"],
         u64::from(abi::MIN_HOST_SIZE),
         "{seen:?}"
     );
     assert!(seen["host"] > seen["host_known"], "{seen:?}");
-    assert_eq!(seen["request"], seen["request_known"], "{seen:?}");
+    assert!(seen["request"] > seen["request_known"], "{seen:?}");
     // Its inline declaration holds: calls came on the loop with the flag.
     assert!(seen["on_loop"] > 0, "{seen:?}\n{}", s.log());
     assert!(!s.log().contains("inline calls off"), "{}", s.log());
