@@ -252,6 +252,25 @@ fn prompts_come_from_the_model_folder_and_the_default_prompt_settings() {
         let passage = embed_one(&mut c, json!({"inputs": text, "prompt_name": "passage"}));
         assert!(max_diff(&passage, &prompted) > 1e-3, "{env:?}");
     }
+    // The doctor states the prompts and the settings.
+    let p = plugin("embed");
+    let mut cmd = command(&[
+        "--doctor",
+        "--plugin",
+        p.to_str().unwrap(),
+        dir.to_str().unwrap(),
+    ]);
+    cmd.env("M0_EMBED_DEFAULT_PROMPT_NAME", "query");
+    cmd.env("M0_EMBED_SERVED_MODEL_NAME", "mini");
+    let out = cmd.output().unwrap();
+    let d: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let facts = &d["plugin"]["facts"];
+    assert_eq!(facts["embed.prompts"], "passage,query", "{d}");
+    assert_eq!(facts["embed.default_prompt_name"], "query", "{d}");
+    assert_eq!(facts["embed.served_model_name"], "mini", "{d}");
+    assert_eq!(facts["embed.max_client_batch_size"], "32", "{d}");
+    assert!(facts["embed.payload_limit"].is_string(), "{d}");
     // Both at once, or a name the model lacks: refused at startup (78).
     for env in [
         &[

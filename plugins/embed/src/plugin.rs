@@ -172,6 +172,7 @@ impl<B: Backend> Plugin for Embed<B> {
             payload_limit: settings.payload_limit,
             auto_truncate: settings.auto_truncate,
             dim: m.dim,
+            prompt_names: prompts.keys().cloned().collect(),
         };
         // The host bounds a batch by body bytes, not tokens; at about 4
         // bytes a token (English in JSON) the byte budget is this many

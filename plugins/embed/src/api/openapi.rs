@@ -78,6 +78,20 @@ pub fn openapi_document(limits: &Limits, version: &str) -> Result<Vec<u8>, Strin
             .ok_or_else(|| format!("the built-in OpenAPI document has no {pointer}"))?;
         *slot = Value::from(value(limits));
     }
+    // `prompt_name` takes the model's prompts' names, or null.
+    for schema in ["TeiRequest", "EmbedAllRequest", "TokenizeRequest"] {
+        let pointer = format!("/components/schemas/{schema}/properties/prompt_name/enum");
+        let slot = doc
+            .pointer_mut(&pointer)
+            .ok_or_else(|| format!("the built-in OpenAPI document has no {pointer}"))?;
+        let mut names: Vec<Value> = limits
+            .prompt_names
+            .iter()
+            .map(|n| n.as_str().into())
+            .collect();
+        names.push(Value::Null);
+        *slot = Value::Array(names);
+    }
     if !limits.accept_token_ids {
         for schema in ["TeiInputs", "OpenAiInputs"] {
             let forms = doc
@@ -186,6 +200,15 @@ mod tests {
         );
         let d: Value = serde_json::from_slice(&openapi_document(&l, "9.9.9").unwrap()).unwrap();
         assert_eq!(d["info"]["version"], "9.9.9");
+        let l = Limits {
+            prompt_names: vec!["query".into()],
+            ..Limits::default()
+        };
+        let d = doc(&l);
+        assert_eq!(
+            d["components"]["schemas"]["TokenizeRequest"]["properties"]["prompt_name"]["enum"],
+            serde_json::json!(["query", null])
+        );
     }
 
     #[test]

@@ -52,6 +52,9 @@ pub struct Limits {
     pub auto_truncate: bool,
     /// The model's embedding width, the most `dimensions` may ask for.
     pub dim: usize,
+    /// The names `prompt_name` takes (the model's prompts), for the
+    /// OpenAPI document; the plugin resolves them.
+    pub prompt_names: Vec<String>,
 }
 
 impl Default for Limits {
@@ -65,6 +68,7 @@ impl Default for Limits {
             payload_limit: 2_000_000,
             auto_truncate: false,
             dim: 384,
+            prompt_names: Vec::new(),
         }
     }
 }
