@@ -26,6 +26,9 @@
  *   which the server's health path (--health-path) reports.
  *   M0_REQ_HTTPS in M0Request.flags: a trusted proxy says the client
  *   used https.
+ * - 1.5: M0Request.queued_ns: when the host had the whole request and
+ *   queued it for the plugin, on M0Host.now_ns's clock, so a plugin can
+ *   report how long a request waited before its work began.
  */
 
 #ifndef M0SERVE_H
@@ -65,7 +68,7 @@ M0_EXPORT int32_t m0_plugin_init(const M0Host *host, const M0InitArgs *args,
 #define M0_ABI_MAJOR 1
 
 // Minor ABI version: grows with additive changes.
-#define M0_ABI_MINOR 4
+#define M0_ABI_MINOR 5
 
 // Success.
 #define M0_OK 0
@@ -295,6 +298,10 @@ typedef struct M0Request {
   // 1.1: `M0_REQ_*` bits. Read it only when `size` covers it (a plugin
   // that declares minor 1 or later always gets it).
   uint32_t flags;
+  // 1.5: when the host had the request's head and body and queued it
+  // for the plugin, in `M0Host.now_ns`'s nanoseconds; 0 when unknown.
+  // Read it only when `size` covers it (`REQUEST_QUEUED_END`).
+  uint64_t queued_ns;
 } M0Request;
 
 // Error detail written by `m0_plugin_init` on failure; the buffer belongs to

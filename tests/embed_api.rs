@@ -379,7 +379,11 @@ fn the_openai_and_huggingface_hub_clients_work_unchanged() {
     let d = &v["openai_default"];
     assert_eq!(d["cosines"].as_array().unwrap().len(), n);
     assert_eq!(d["indices"], json!((0..n).collect::<Vec<_>>()));
-    assert_eq!(d["model"], "all-MiniLM-L6-v2");
+    // The client sent its own model name; the reply names the served
+    // model, as /info does (the model folder's name by default).
+    let info: Value = serde_json::from_slice(&Client::connect(s.addr).get("/info").body).unwrap();
+    assert_eq!(d["model"], info["served_model_name"], "{info}");
+    assert_eq!(d["model"], "model", "{info}");
     assert_eq!(d["dims"], json!([384]));
     // Usage counts the model's tokens, [CLS] and [SEP] included.
     let kept: usize = (0..r.sentences.len())

@@ -358,3 +358,34 @@ fn doctor_reports_python_the_model_and_the_backend() {
     assert_eq!(j["plugin"]["process_lock"], "released", "{j:#}");
     assert_eq!(j["plugin"]["facts"]["pyembed.gil"], "released", "{j:#}");
 }
+
+/// The TEI routes the shared API layer serves work over a Python backend
+/// too (tokenizing is the plugin's), and `/embed_all`, which needs each
+/// token's vector, answers 501 with a JSON error saying so: the numpy
+/// backend gives pooled vectors only.
+#[test]
+fn tokenize_and_timing_headers_work_and_embed_all_answers_501() {
+    let _serial = support::serial();
+    let s = serve_numpy(&[]);
+    let mut c = Client::connect(s.addr);
+    let (status, v, _) = post(&mut c, "/tokenize", &json!({"inputs": "hi"}));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v[0].as_array().unwrap().len(), 3, "{v}");
+    let (status, v, r) = post(&mut c, "/embed", &json!({"inputs": "hi"}));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(r.header("x-compute-tokens"), Some("3"));
+    assert!(r.header("x-queue-time").is_some());
+    let (status, v, r) = post(&mut c, "/embed_all", &json!({"inputs": "hi"}));
+    assert_eq!(status, 501, "{v}");
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("/embed_all is not served"),
+        "{v}"
+    );
+    // The worker goes on.
+    let (status, _, _) = post(&mut c, "/embed", &json!({"inputs": "hi"}));
+    assert_eq!(status, 200);
+}

@@ -46,6 +46,9 @@
 //!   which the server's health path (`--health-path`) reports.
 //!   `M0_REQ_HTTPS` in `M0Request.flags`: a trusted proxy says the client
 //!   used https.
+//! - 1.5: `M0Request.queued_ns`: when the host had the whole request and
+//!   queued it for the plugin, on `M0Host.now_ns`'s clock, so a plugin can
+//!   report how long a request waited before its work began.
 //!
 //! This section is the only copy: `abi/tests/header.rs` puts it at the top
 //! of `include/m0serve.h`.
@@ -56,7 +59,7 @@ use core::ffi::{c_char, c_void};
 /// Major ABI version: a plugin built for another major is refused.
 pub const M0_ABI_MAJOR: u32 = 1;
 /// Minor ABI version: grows with additive changes.
-pub const M0_ABI_MINOR: u32 = 4;
+pub const M0_ABI_MINOR: u32 = 5;
 
 // ---------------------------------------------------------------------------
 // Return codes. Stable, never reused. Negative codes from `handle` map to an
@@ -309,6 +312,10 @@ pub struct M0Request {
     /// 1.1: `M0_REQ_*` bits. Read it only when `size` covers it (a plugin
     /// that declares minor 1 or later always gets it).
     pub flags: u32,
+    /// 1.5: when the host had the request's head and body and queued it
+    /// for the plugin, in `M0Host.now_ns`'s nanoseconds; 0 when unknown.
+    /// Read it only when `size` covers it (`REQUEST_QUEUED_END`).
+    pub queued_ns: u64,
 }
 
 /// The response under construction; opaque to plugins.
@@ -567,6 +574,11 @@ pub const HOST_REASON_END: usize = core::mem::offset_of!(M0Host, response_reason
 /// `covers(host.size, HOST_READY_END)`.
 pub const HOST_READY_END: usize =
     core::mem::offset_of!(M0Host, set_ready) + size_of::<unsafe extern "C" fn(u32) -> i32>();
+
+/// The end of `M0Request::queued_ns` (1.5): a plugin reads the field only
+/// when `covers(request.size, REQUEST_QUEUED_END)`.
+pub const REQUEST_QUEUED_END: usize =
+    core::mem::offset_of!(M0Request, queued_ns) + size_of::<u64>();
 
 /// The longest reason phrase `response_reason` takes.
 pub const M0_REASON_MAX: usize = 256;

@@ -3,7 +3,10 @@
 
 use std::io;
 
-use m0serve_abi::{M0_REQ_HTTPS, M0_REQ_ON_LOOP, M0Header, M0Request, M0SockAddr, M0Str, covers};
+use m0serve_abi::{
+    M0_REQ_HTTPS, M0_REQ_ON_LOOP, M0Header, M0Request, M0SockAddr, M0Str, REQUEST_QUEUED_END,
+    covers,
+};
 
 use crate::{Error, Host};
 
@@ -150,6 +153,17 @@ impl<'a> Request<'a> {
     pub fn https(&self) -> bool {
         let end = core::mem::offset_of!(M0Request, flags) + size_of::<u32>();
         covers(self.raw.size, end) && self.raw.flags & M0_REQ_HTTPS != 0
+    }
+
+    /// When the host had this request whole and queued it for the plugin,
+    /// on [`Host::now_ns`]'s clock (ABI 1.5); `None` from an older host.
+    /// `host.now_ns() - queued_ns` is how long it has waited.
+    pub fn queued_ns(&self) -> Option<u64> {
+        if covers(self.raw.size, REQUEST_QUEUED_END) && self.raw.queued_ns != 0 {
+            Some(self.raw.queued_ns)
+        } else {
+            None
+        }
     }
 
     /// The body, as a reader. Reading is sequential: two readers share one

@@ -310,5 +310,9 @@ fn request_for(
         } else {
             flags
         },
+        // `now_ns`'s clock (CLOCK_MONOTONIC), which `Instant` also reads:
+        // now, less how long ago the job was queued.
+        queued_ns: super::host::monotonic_ns()
+            .saturating_sub(u64::try_from(job.queued_at.elapsed().as_nanos()).unwrap_or(u64::MAX)),
     }
 }

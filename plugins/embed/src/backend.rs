@@ -70,6 +70,15 @@ pub trait Backend: Sized + Send + Sync + 'static {
     /// empty and never longer than `info().max_len`.
     fn embed(&self, batch: &[Encoded]) -> Result<Vec<f32>, BackendError>;
 
+    /// Every token's last hidden state, before pooling, for `/embed_all`:
+    /// `sum(tokens) * info().dim` floats, the inputs' tokens one after
+    /// another. `None` (the default) when this backend gives pooled
+    /// vectors only: the route then answers 501.
+    fn token_states(&self, batch: &[Encoded]) -> Option<Result<Vec<f32>, BackendError>> {
+        let _ = batch;
+        None
+    }
+
     /// On each handler thread before its first call.
     fn thread_start(&self, index: u32) -> Result<(), Error> {
         let _ = index;
@@ -148,5 +157,9 @@ impl Backend for Model {
 
     fn embed(&self, batch: &[Encoded]) -> Result<Vec<f32>, BackendError> {
         Ok(Model::embed(self, batch, false))
+    }
+
+    fn token_states(&self, batch: &[Encoded]) -> Option<Result<Vec<f32>, BackendError>> {
+        Some(Ok(Model::token_states(self, batch)))
     }
 }

@@ -4,11 +4,14 @@ use m0serve_plugin::{
     Batch, Description, Error, Header, Host, InitArgs, InitError, Plugin, Request, Response, Sent,
 };
 
+use std::collections::BTreeMap;
+
 use crate::api::{
-    self, ApiError, EmbedCall, Flavor, InfoFields, Inputs, Limits, Route, TruncationDirection,
+    self, ApiError, EmbedCall, Flavor, InfoFields, Inputs, Limits, Route, Timing,
+    TruncationDirection,
 };
 use crate::backend::{Backend, BackendError, ModelSource};
-use crate::model::{self, Encoded, Model, TokenizeError};
+use crate::model::{self, Encoded, Model, Side, TokenizeError};
 use crate::settings::{self, Settings};
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -17,7 +20,16 @@ const JSON: Header<'static> = Header::new("Content-Type", "application/json");
 /// One worker's forward pass and what its routes need: the embedding
 /// plugin over any [`Backend`], the native encoder by default.
 pub struct Embed<B: Backend = Model> {
+    host: &'static Host,
     backend: B,
+    /// The name `/v1/embeddings` answers with, whatever `model` a request
+    /// sends (clients send their own defaults).
+    served_name: String,
+    /// The model's prompts by name (config_sentence_transformers.json).
+    prompts: BTreeMap<String, String>,
+    /// The prompt for inputs that name none
+    /// (`M0_EMBED_DEFAULT_PROMPT_NAME`'s or `M0_EMBED_DEFAULT_PROMPT`).
+    default_prompt: Option<String>,
     limits: Limits,
     /// Most tokens one [`Backend::embed`] call is given: what bounds the
     /// memory of a pass, however many inputs the requests behind it hold.
@@ -61,6 +73,30 @@ impl<B: Backend> Plugin for Embed<B> {
         )?;
         let m = backend.info();
         let pooling = m.pooling.as_str();
+        let served_name = settings
+            .served_model_name
+            .clone()
+            .unwrap_or_else(|| m.name.clone());
+        let prompts = settings::prompts(&dir).map_err(InitError::refused)?;
+        let default_prompt = match (&settings.default_prompt_name, &settings.default_prompt) {
+            (Some(name), _) => Some(prompts.get(name).cloned().ok_or_else(|| {
+                let known: Vec<&str> = prompts.keys().map(String::as_str).collect();
+                InitError::refused(format!(
+                    "{plugin}: {}={name:?} is not a prompt of the model in {} ({}); set it to \
+                     one of its prompts, or unset it",
+                    api::ENV_DEFAULT_PROMPT_NAME,
+                    dir.display(),
+                    if known.is_empty() {
+                        "its config_sentence_transformers.json has none".to_string()
+                    } else {
+                        format!("it has {}", known.join(", "))
+                    }
+                ))
+            })?),
+            (None, Some(text)) => Some(text.clone()),
+            (None, None) => None,
+        };
+        let prompt_names = prompts.keys().cloned().collect::<Vec<_>>().join(",");
         let facts = [
             ("embed.model", m.name.clone()),
             ("embed.model_dir", dir.display().to_string()),
@@ -93,6 +129,16 @@ impl<B: Backend> Plugin for Embed<B> {
                 settings.accept_token_ids.to_string(),
             ),
             ("embed.payload_limit", settings.payload_limit.to_string()),
+            ("embed.served_model_name", served_name.clone()),
+            ("embed.prompts", prompt_names),
+            (
+                "embed.default_prompt_name",
+                settings.default_prompt_name.clone().unwrap_or_default(),
+            ),
+            (
+                "embed.default_prompt",
+                settings.default_prompt.clone().unwrap_or_default(),
+            ),
         ];
         for (key, value) in facts {
             // Held outside this process (another runtime's): not known.
@@ -126,6 +172,7 @@ impl<B: Backend> Plugin for Embed<B> {
             payload_limit: settings.payload_limit,
             auto_truncate: settings.auto_truncate,
             dim: m.dim,
+            prompt_names: prompts.keys().cloned().collect(),
         };
         // The host bounds a batch by body bytes, not tokens; at about 4
         // bytes a token (English in JSON) the byte budget is this many
@@ -154,13 +201,20 @@ impl<B: Backend> Plugin for Embed<B> {
                 version: VERSION,
                 sha: None,
                 docker_label: None,
-                served_model_name: None,
+                served_model_name: Some(&served_name),
+                payload_limit: limits.payload_limit,
+                prompt_names: &prompts.keys().map(String::as_str).collect::<Vec<_>>(),
+                default_prompt_name: settings.default_prompt_name.as_deref(),
             },
             &mut info,
         );
         let openapi = api::openapi_document(&limits, VERSION).map_err(InitError::refused)?;
         Ok(Embed {
+            host,
             backend,
+            served_name,
+            prompts,
+            default_prompt,
             limits,
             pass_tokens: max_batch_tokens,
             info,
@@ -180,8 +234,8 @@ impl<B: Backend> Plugin for Embed<B> {
         match self.begin(req, resp) {
             Begun::Answered(sent) => sent,
             Begun::Embed(mut one) => {
-                self.forward(std::slice::from_mut(&mut one));
-                self.reply(one)
+                self.forward(std::slice::from_mut(&mut *one));
+                self.reply(*one)
             }
         }
     }
@@ -199,7 +253,7 @@ impl<B: Backend> Plugin for Embed<B> {
         for (req, resp) in batch {
             match self.begin(&req, resp) {
                 Begun::Answered(sent) => keep_first(&mut first, sent),
-                Begun::Embed(p) => pending.push(p),
+                Begun::Embed(p) => pending.push(*p),
             }
         }
         self.forward(&mut pending);
@@ -247,36 +301,57 @@ fn fail(resp: Response<'_>, e: &ApiError) -> Result<Sent, Error> {
     }
 }
 
-/// A request after its first step: answered (every route but the two
+/// A request after its first step: answered (every route but the
 /// embedding ones, and every refused embedding request), or waiting for
 /// the forward pass.
 enum Begun<'a> {
     Answered(Result<Sent, Error>),
-    Embed(Pending<'a>),
+    Embed(Box<Pending<'a>>),
+}
+
+/// What an embedding request wants from the forward pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Want {
+    /// One pooled vector per input (`/embed`, `/v1/embeddings`).
+    Pooled,
+    /// Every token's vector (`/embed_all`).
+    Tokens,
 }
 
 /// An embedding request parsed and tokenized, with its response.
 struct Pending<'a> {
     resp: Response<'a>,
     call: EmbedCall,
+    want: Want,
     /// The inputs' tokens, until [`Embed::forward`] takes them.
     encoded: Vec<Encoded>,
-    /// Tokens in all, for OpenAI's usage.
-    tokens: usize,
-    /// The embeddings, row after row, once [`Embed::forward`] has run, or
-    /// why the forward pass failed.
-    rows: Result<Vec<f32>, BackendError>,
+    /// Each input's tokens, for `/embed_all`'s reply.
+    lens: Vec<usize>,
+    /// When the host queued the request, on the host's clock.
+    arrived_ns: u64,
+    /// When tokenizing ended.
+    tokenized_ns: u64,
+    /// The timing headers' figures, filled in as the request goes.
+    timing: Timing,
+    /// The embeddings (or token vectors), row after row, once
+    /// [`Embed::forward`] has run, or the reply that says why not.
+    rows: Result<Vec<f32>, ApiError>,
 }
 
 impl<B: Backend> Embed<B> {
     /// Routes a request and answers it unless it needs the model.
     fn begin<'a>(&self, req: &Request<'_>, resp: Response<'a>) -> Begun<'a> {
-        let flavor = match api::route(req.method(), req.target()) {
+        let started_ns = self.host.now_ns();
+        let arrived_ns = req.queued_ns().unwrap_or(started_ns).min(started_ns);
+        let (flavor, want) = match api::route(req.method(), req.target()) {
             Route::Health => return Begun::Answered(resp.send(200, &[], b"")),
             Route::Info => return Begun::Answered(resp.send(200, &[JSON], &self.info)),
             Route::OpenApi => return Begun::Answered(resp.send(200, &[JSON], &self.openapi)),
-            Route::Embed => Flavor::Tei,
-            Route::OpenAiEmbeddings => Flavor::OpenAi,
+            Route::Tokenize => return Begun::Answered(self.tokenize(req, resp)),
+            Route::Decode => return Begun::Answered(self.decode(req, resp)),
+            Route::Embed => (Flavor::Tei, Want::Pooled),
+            Route::EmbedAll => (Flavor::Tei, Want::Tokens),
+            Route::OpenAiEmbeddings => (Flavor::OpenAi, Want::Pooled),
             Route::NotFound => {
                 let e = ApiError::not_found(req.method(), req.path());
                 return Begun::Answered(fail(resp, &e));
@@ -286,81 +361,206 @@ impl<B: Backend> Embed<B> {
                 return Begun::Answered(fail(resp, &e));
             }
         };
-        match self.prepare(req, flavor) {
-            Ok((call, encoded)) => Begun::Embed(Pending {
-                resp,
-                tokens: encoded.iter().map(Encoded::tokens).sum(),
-                call,
-                encoded,
-                rows: Ok(Vec::new()),
-            }),
+        match self.prepare(req, flavor, want) {
+            Ok((call, encoded, characters)) => {
+                let tokenized_ns = self.host.now_ns();
+                let tokens = encoded.iter().map(Encoded::tokens).sum();
+                Begun::Embed(Box::new(Pending {
+                    resp,
+                    lens: encoded.iter().map(Encoded::tokens).collect(),
+                    call,
+                    want,
+                    encoded,
+                    arrived_ns,
+                    tokenized_ns,
+                    timing: Timing {
+                        // Waiting for this call; the wait for the pass is
+                        // added when it starts.
+                        queue_ns: started_ns - arrived_ns,
+                        tokenization_ns: tokenized_ns.saturating_sub(started_ns),
+                        characters,
+                        tokens,
+                        ..Timing::default()
+                    },
+                    rows: Ok(Vec::new()),
+                }))
+            }
             Err(e) => Begun::Answered(fail(resp, &e)),
         }
     }
 
-    /// One embedding request's call and tokens, or why it is refused.
-    fn prepare(
-        &self,
-        req: &Request<'_>,
-        flavor: Flavor,
-    ) -> Result<(EmbedCall, Vec<Encoded>), ApiError> {
+    /// The body of a request to a TEI or OpenAI route, refused past the
+    /// payload limit before a byte of it is read.
+    fn body(&self, req: &Request<'_>, flavor: Flavor) -> Result<Vec<u8>, ApiError> {
         let length = req.content_length();
         if length > self.limits.payload_limit as u64 {
-            // Refused before a byte of it is read.
             return Err(ApiError::payload_too_large(
                 flavor,
                 usize::try_from(length).unwrap_or(usize::MAX),
                 self.limits.payload_limit,
             ));
         }
-        let body = req
-            .read_body(self.limits.payload_limit)
-            .map_err(|e| ApiError::internal(flavor, &format!("reading the body failed: {e}")))?;
-        let call = match flavor {
-            Flavor::Tei => api::parse_tei(&body, &self.limits)?,
-            Flavor::OpenAi => api::parse_openai(&body, &self.limits)?,
+        req.read_body(self.limits.payload_limit)
+            .map_err(|e| ApiError::internal(flavor, &format!("reading the body failed: {e}")))
+    }
+
+    /// The prompt to prepend: the one `name` names, else the default
+    /// (none without one); an unknown name is refused, naming the known.
+    fn prompt(&self, name: Option<&str>, flavor: Flavor) -> Result<Option<&str>, ApiError> {
+        match name {
+            None => Ok(self.default_prompt.as_deref()),
+            Some(n) => match self.prompts.get(n) {
+                Some(p) => Ok(Some(p)),
+                None => {
+                    let known: Vec<&str> = self.prompts.keys().map(String::as_str).collect();
+                    Err(ApiError::unknown_prompt(flavor, n, &known))
+                }
+            },
+        }
+    }
+
+    /// One embedding request's call, tokens and characters (prompts
+    /// included), or why it is refused.
+    fn prepare(
+        &self,
+        req: &Request<'_>,
+        flavor: Flavor,
+        want: Want,
+    ) -> Result<(EmbedCall, Vec<Encoded>, usize), ApiError> {
+        let body = self.body(req, flavor)?;
+        let call = match (flavor, want) {
+            (Flavor::Tei, Want::Pooled) => api::parse_tei(&body, &self.limits)?,
+            (Flavor::Tei, Want::Tokens) => api::parse_embed_all(&body, &self.limits)?,
+            (Flavor::OpenAi, _) => api::parse_openai(&body, &self.limits)?,
         };
-        // This model cuts at the end only: an input that needs cutting at
-        // its start is refused below, by tokenizing it whole.
-        let cut_end = call.truncate && call.truncation_direction == TruncationDirection::Right;
+        let prompt = self.prompt(call.prompt_name.as_deref(), flavor)?;
+        let cut = call.truncate.then_some(match call.truncation_direction {
+            TruncationDirection::Right => Side::Right,
+            TruncationDirection::Left => Side::Left,
+        });
         let tokenizer = self.backend.tokenizer();
+        let mut characters = 0;
         let encoded = match &call.inputs {
             Inputs::Texts(texts) => {
-                let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
-                tokenizer.tokenize(&texts, cut_end)
+                let prompted: Vec<String>;
+                let texts: Vec<&str> = match prompt {
+                    Some(p) => {
+                        prompted = texts.iter().map(|t| format!("{p}{t}")).collect();
+                        prompted.iter().map(String::as_str).collect()
+                    }
+                    None => texts.iter().map(String::as_str).collect(),
+                };
+                characters = texts.iter().map(|t| t.chars().count()).sum();
+                tokenizer.tokenize_cut(&texts, cut)
             }
-            Inputs::Ids(seqs) => tokenizer.from_ids(seqs, cut_end),
+            // Ids are the client's own tokens: no prompt goes before them.
+            Inputs::Ids(seqs) => tokenizer.from_ids_cut(seqs, cut),
         };
         let encoded = encoded.map_err(|e| match e {
-            TokenizeError::TooLong(t) if call.truncate => ApiError::tokenizer(
-                call.flavor,
-                &format!(
-                    "input {} is {} tokens, more than the model's {}, and truncation_direction \
-                     Left is not supported: send \"Right\" or shorten the input",
-                    t.index, t.tokens, t.max
-                ),
-            ),
             TokenizeError::TooLong(t) => ApiError::too_long(call.flavor, t.index, t.tokens, t.max),
             TokenizeError::Failed { index, message } => ApiError::tokenizer(
                 call.flavor,
                 &format!("input {index} could not be tokenized: {message}"),
             ),
         })?;
-        Ok((call, encoded))
+        Ok((call, encoded, characters))
+    }
+
+    /// `POST /tokenize`: each input's tokens, with their byte offsets.
+    fn tokenize(&self, req: &Request<'_>, resp: Response<'_>) -> Result<Sent, Error> {
+        let run = || -> Result<Vec<u8>, ApiError> {
+            let body = self.body(req, Flavor::Tei)?;
+            let call = api::parse_tokenize(&body, &self.limits)?;
+            let prompt = self.prompt(call.prompt_name.as_deref(), Flavor::Tei)?;
+            let tokenizer = self.backend.tokenizer();
+            let mut all = Vec::with_capacity(call.inputs.len());
+            for (index, text) in call.inputs.iter().enumerate() {
+                let text = match prompt {
+                    Some(p) => format!("{p}{text}"),
+                    None => text.clone(),
+                };
+                let spans = tokenizer
+                    .spans(&text, call.add_special_tokens)
+                    .map_err(|e| {
+                        ApiError::tokenizer(
+                            Flavor::Tei,
+                            &format!("input {index} could not be tokenized: {e}"),
+                        )
+                    })?;
+                all.push(spans);
+            }
+            let mut out = Vec::new();
+            api::write_tokens(
+                all.iter().map(|spans| {
+                    spans
+                        .iter()
+                        .map(|t| api::TokenOut {
+                            id: t.id,
+                            text: &t.text,
+                            special: t.special,
+                            span: t.span,
+                        })
+                        .collect()
+                }),
+                &mut out,
+            );
+            Ok(out)
+        };
+        match run() {
+            Ok(out) => resp.send(200, &[JSON], &out),
+            Err(e) => fail(resp, &e),
+        }
+    }
+
+    /// `POST /decode`: each id list's text.
+    fn decode(&self, req: &Request<'_>, resp: Response<'_>) -> Result<Sent, Error> {
+        let run = || -> Result<Vec<u8>, ApiError> {
+            let body = self.body(req, Flavor::Tei)?;
+            let call = api::parse_decode(&body, &self.limits)?;
+            let tokenizer = self.backend.tokenizer();
+            let texts = call
+                .ids
+                .iter()
+                .enumerate()
+                .map(|(index, ids)| {
+                    tokenizer
+                        .decode(ids, call.skip_special_tokens)
+                        .map_err(|e| {
+                            ApiError::tokenizer(
+                                Flavor::Tei,
+                                &format!("ids {index} could not be decoded: {e}"),
+                            )
+                        })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut out = Vec::new();
+            api::write_decoded(&texts, &mut out);
+            Ok(out)
+        };
+        match run() {
+            Ok(out) => resp.send(200, &[JSON], &out),
+            Err(e) => fail(resp, &e),
+        }
     }
 
     /// Embeds the inputs of every pending request and gives each its rows,
     /// normalized as it asked; when a pass fails, each gets the error,
-    /// logged once here. The inputs go to the backend in order, in passes
-    /// of at most `pass_tokens` tokens ([`passes`]): one pass for what the
-    /// host batched, several for a request of many inputs.
+    /// logged once here. The pooled requests' inputs go to the backend in
+    /// order, in passes of at most `pass_tokens` tokens ([`passes`]): one
+    /// pass for what the host batched, several for a request of many
+    /// inputs; each `/embed_all` request then has passes of its own.
     fn forward(&self, pending: &mut [Pending<'_>]) {
         if pending.is_empty() {
             return;
         }
+        let start = self.host.now_ns();
+        for p in pending.iter_mut() {
+            p.timing.queue_ns += start.saturating_sub(p.tokenized_ns);
+        }
         let mut all = Vec::new();
         let parts: Vec<(usize, bool)> = pending
             .iter_mut()
+            .filter(|p| p.want == Want::Pooled)
             .map(|p| {
                 let n = p.encoded.len();
                 all.append(&mut p.encoded);
@@ -368,65 +568,108 @@ impl<B: Backend> Embed<B> {
             })
             .collect();
         let dim = self.backend.info().dim;
-        let rows = passes(&all, self.pass_tokens, Encoded::tokens)
-            .try_fold(Vec::with_capacity(all.len() * dim), |mut rows, pass| {
-                rows.extend(self.backend.embed(pass)?);
-                Ok(rows)
-            })
-            .and_then(|rows| match rows.len() == all.len() * dim {
-                true => Ok(rows),
-                false => Err(BackendError::new(
-                    format!(
-                        "the backend gave {} floats for {} inputs of dimension {dim}",
-                        rows.len(),
-                        all.len()
-                    ),
-                    "",
-                )),
-            });
-        match rows {
-            Ok(rows) => {
-                for (p, mine) in pending
-                    .iter_mut()
-                    .zip(model::split_rows(&rows, dim, &parts))
-                {
-                    p.rows = Ok(mine);
+        if !parts.is_empty() {
+            let rows = passes(&all, self.pass_tokens, Encoded::tokens)
+                .try_fold(Vec::with_capacity(all.len() * dim), |mut rows, pass| {
+                    rows.extend(self.backend.embed(pass)?);
+                    Ok(rows)
+                })
+                .and_then(|rows| match rows.len() == all.len() * dim {
+                    true => Ok(rows),
+                    false => Err(BackendError::new(
+                        format!(
+                            "the backend gave {} floats for {} inputs of dimension {dim}",
+                            rows.len(),
+                            all.len()
+                        ),
+                        "",
+                    )),
+                });
+            let end = self.host.now_ns();
+            let mine = pending.iter_mut().filter(|p| p.want == Want::Pooled);
+            match rows {
+                Ok(rows) => {
+                    for (p, rows) in mine.zip(model::split_rows(&rows, dim, &parts)) {
+                        p.rows = Ok(rows);
+                        p.timing.inference_ns = end.saturating_sub(start);
+                    }
+                }
+                Err(e) => {
+                    self.log_failure(&e, all.len(), parts.len());
+                    for p in mine {
+                        p.rows = Err(ApiError::backend(p.call.flavor, &e.message));
+                    }
                 }
             }
-            Err(e) => {
-                let host = m0serve_plugin::host();
-                if let Some(host) = host {
-                    let detail = if e.detail.is_empty() {
-                        String::new()
-                    } else {
-                        format!(":\n{}", e.detail)
-                    };
-                    host.error(&format!(
-                        "{}: the forward pass of {} input(s) from {} request(s) failed, answering 424 (TEI) / 500 (OpenAI): {}{detail}",
-                        B::DESCRIPTION.name(),
-                        all.len(),
-                        pending.len(),
-                        e.message
-                    ));
-                }
-                for p in pending.iter_mut() {
-                    p.rows = Err(e.clone());
+        }
+        for p in pending.iter_mut().filter(|p| p.want == Want::Tokens) {
+            let begun = self.host.now_ns();
+            p.timing.queue_ns += begun.saturating_sub(start);
+            let encoded = std::mem::take(&mut p.encoded);
+            let mut states = Vec::new();
+            for pass in passes(&encoded, self.pass_tokens, Encoded::tokens) {
+                match self.backend.token_states(pass) {
+                    None => {
+                        p.rows = Err(ApiError::not_implemented(
+                            Flavor::Tei,
+                            &format!(
+                                "/embed_all is not served by the {} plugin: its backend \
+                                 gives pooled vectors only, not each token's; use /embed, or \
+                                 the embed plugin, which serves it",
+                                B::DESCRIPTION.name()
+                            ),
+                        ));
+                        break;
+                    }
+                    Some(Err(e)) => {
+                        self.log_failure(&e, encoded.len(), 1);
+                        p.rows = Err(ApiError::backend(Flavor::Tei, &e.message));
+                        break;
+                    }
+                    Some(Ok(s)) => states.extend(s),
                 }
             }
+            if p.rows.is_ok() {
+                p.rows = Ok(states);
+            }
+            p.timing.inference_ns = self.host.now_ns().saturating_sub(begun);
         }
     }
 
-    /// Answers a request whose rows [`Embed::forward`] has made.
-    fn reply(&self, p: Pending<'_>) -> Result<Sent, Error> {
-        let rows = match p.rows {
+    fn log_failure(&self, e: &BackendError, inputs: usize, requests: usize) {
+        let detail = if e.detail.is_empty() {
+            String::new()
+        } else {
+            format!(":\n{}", e.detail)
+        };
+        self.host.error(&format!(
+            "{}: the forward pass of {inputs} input(s) from {requests} request(s) failed, answering 424 (TEI) / 500 (OpenAI): {}{detail}",
+            B::DESCRIPTION.name(),
+            e.message
+        ));
+    }
+
+    /// Answers a request whose rows [`Embed::forward`] has made, with
+    /// TEI's timing headers.
+    fn reply(&self, mut p: Pending<'_>) -> Result<Sent, Error> {
+        let rows = match std::mem::replace(&mut p.rows, Ok(Vec::new())) {
             Ok(rows) => rows,
-            Err(e) => return fail(p.resp, &ApiError::backend(p.call.flavor, &e.message)),
+            Err(e) => return fail(p.resp, &e),
         };
         let mut out = Vec::new();
-        match self.render(&p.call, rows, p.tokens, &mut out) {
-            Ok(()) => p.resp.send(200, &[JSON], &out),
-            Err(e) => fail(p.resp, &e),
+        let rendered = match p.want {
+            Want::Pooled => self.render(&p.call, rows, p.timing.tokens, &mut out),
+            Want::Tokens => api::write_embed_all(&rows, &p.lens, self.backend.info().dim, &mut out),
+        };
+        if let Err(e) = rendered {
+            return fail(p.resp, &e);
         }
+        p.timing.total_ns = self.host.now_ns().saturating_sub(p.arrived_ns);
+        let timing = p.timing.headers();
+        let mut headers = Vec::with_capacity(timing.len() + 1);
+        headers.push(JSON);
+        headers.extend(timing.iter().map(|(k, v)| Header::new(k, v)));
+        p.resp.send(200, &headers, &out)
     }
 
     /// The JSON reply of one embedding request.
@@ -445,8 +688,7 @@ impl<B: Backend> Embed<B> {
         match call.flavor {
             Flavor::Tei => api::write_tei(&vectors, dim, out),
             Flavor::OpenAi => {
-                let name = call.model.as_deref().unwrap_or(&self.backend.info().name);
-                api::write_openai(&vectors, dim, call.encoding, name, tokens, out)
+                api::write_openai(&vectors, dim, call.encoding, &self.served_name, tokens, out)
             }
         }
     }

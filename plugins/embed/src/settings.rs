@@ -3,9 +3,12 @@
 
 use std::path::{Path, PathBuf};
 
+use std::collections::BTreeMap;
+
 use crate::api::{
-    ENV_ACCEPT_TOKEN_IDS, ENV_AUTO_TRUNCATE, ENV_MAX_CLIENT_BATCH_SIZE, ENV_MAX_OPENAI_INPUTS,
-    ENV_PAYLOAD_LIMIT, Limits,
+    ENV_ACCEPT_TOKEN_IDS, ENV_AUTO_TRUNCATE, ENV_DEFAULT_PROMPT, ENV_DEFAULT_PROMPT_NAME,
+    ENV_MAX_CLIENT_BATCH_SIZE, ENV_MAX_OPENAI_INPUTS, ENV_PAYLOAD_LIMIT, ENV_SERVED_MODEL_NAME,
+    Limits,
 };
 
 /// Compute threads one embed call uses (default 1: a handler thread per
@@ -45,6 +48,14 @@ pub struct Settings {
     pub auto_truncate: bool,
     pub max_batch_requests: u32,
     pub max_batch_bytes: u32,
+    /// `M0_EMBED_SERVED_MODEL_NAME`: the name `/v1/embeddings` answers
+    /// with; `None` for the model's own name (its folder's).
+    pub served_model_name: Option<String>,
+    /// `M0_EMBED_DEFAULT_PROMPT_NAME`: one of the model's prompts, for
+    /// inputs that name none (checked against them at init).
+    pub default_prompt_name: Option<String>,
+    /// `M0_EMBED_DEFAULT_PROMPT`: a prompt text for inputs that name none.
+    pub default_prompt: Option<String>,
 }
 
 fn var<T>(
@@ -108,6 +119,20 @@ impl Settings {
     /// Reads the variables; an error names the one that is wrong.
     pub fn from_env() -> Result<Settings, String> {
         let defaults = Limits::default();
+        let text = |v: &str| Some(v.to_string());
+        let default_prompt_name = var(
+            ENV_DEFAULT_PROMPT_NAME,
+            None,
+            |v| Some(text(v)),
+            "a prompt name",
+        )?;
+        let default_prompt = var(ENV_DEFAULT_PROMPT, None, |v| Some(text(v)), "a prompt text")?;
+        if default_prompt_name.is_some() && default_prompt.is_some() {
+            return Err(format!(
+                "embed: {ENV_DEFAULT_PROMPT_NAME} and {ENV_DEFAULT_PROMPT} are both set, and \
+                 only one prompt can be the default; unset one of them"
+            ));
+        }
         let max_openai_inputs = var(
             ENV_MAX_OPENAI_INPUTS,
             defaults.max_openai_inputs,
@@ -153,6 +178,9 @@ impl Settings {
                 count_u32,
                 "a positive number of bytes, at most 4294967295",
             )?,
+            served_model_name: var(ENV_SERVED_MODEL_NAME, None, |v| Some(text(v)), "a name")?,
+            default_prompt_name,
+            default_prompt,
         })
     }
 
@@ -217,4 +245,37 @@ pub fn model_dir(
             venv.display()
         )
     })
+}
+
+/// The model's prompts: the `"prompts"` map of the folder's
+/// `config_sentence_transformers.json` (name to the text prepended to an
+/// input), empty when the file or the map is absent. A file that is there
+/// but is not such a map is refused, naming it.
+pub fn prompts(dir: &Path) -> Result<BTreeMap<String, String>, String> {
+    let file = dir.join("config_sentence_transformers.json");
+    let text = match std::fs::read_to_string(&file) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
+        Err(e) => return Err(format!("embed: cannot read {}: {e}", file.display())),
+    };
+    let bad = |why: String| {
+        format!(
+            "embed: {} {why}; restore the file saved with the model (its \"prompts\" maps \
+             names to texts)",
+            file.display()
+        )
+    };
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| bad(format!("is not valid JSON ({e})")))?;
+    match v.get("prompts") {
+        None | Some(serde_json::Value::Null) => Ok(BTreeMap::new()),
+        Some(serde_json::Value::Object(map)) => map
+            .iter()
+            .map(|(k, v)| match v {
+                serde_json::Value::String(p) => Ok((k.clone(), p.clone())),
+                _ => Err(bad(format!("has prompt {k:?} that is not a string"))),
+            })
+            .collect(),
+        Some(_) => Err(bad("has \"prompts\" that is not an object".to_string())),
+    }
 }

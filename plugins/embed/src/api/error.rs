@@ -52,6 +52,17 @@ pub const ENV_MAX_OPENAI_INPUTS: &str = "M0_EMBED_MAX_OPENAI_INPUTS";
 /// vocabulary) rather than refused.
 pub const ENV_ACCEPT_TOKEN_IDS: &str = "M0_EMBED_ACCEPT_TOKEN_IDS";
 
+/// The prompt (one of the model's `config_sentence_transformers.json`
+/// prompts, by name) prepended to every input that names none; TEI's
+/// `--default-prompt-name`.
+pub const ENV_DEFAULT_PROMPT_NAME: &str = "M0_EMBED_DEFAULT_PROMPT_NAME";
+/// A prompt text prepended to every input that names no prompt; TEI's
+/// `--default-prompt`. Refused together with [`ENV_DEFAULT_PROMPT_NAME`].
+pub const ENV_DEFAULT_PROMPT: &str = "M0_EMBED_DEFAULT_PROMPT";
+/// The model name `/v1/embeddings` answers with and `/info` reports (TEI's
+/// `--served-model-name`); by default the model folder's name.
+pub const ENV_SERVED_MODEL_NAME: &str = "M0_EMBED_SERVED_MODEL_NAME";
+
 /// An error reply: status, shape and text, ready to render with
 /// [`ApiError::body`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -270,6 +281,44 @@ impl ApiError {
         }
     }
 
+    /// `prompt_name` names no prompt of the model's. 422 on both routes,
+    /// naming the ones there are.
+    pub fn unknown_prompt(flavor: Flavor, name: &str, known: &[&str]) -> Self {
+        let shown: String = name.chars().take(40).collect();
+        let message = if known.is_empty() {
+            format!(
+                "`prompt_name` {shown:?} is not a prompt of this model: it has none \
+                 (config_sentence_transformers.json has no \"prompts\"); prepend the prompt \
+                 text to each input instead and drop `prompt_name`"
+            )
+        } else {
+            format!(
+                "`prompt_name` {shown:?} is not a prompt of this model: send one of {}",
+                known
+                    .iter()
+                    .map(|k| format!("{k:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        let kind = match flavor {
+            Flavor::Tei => VALIDATION,
+            Flavor::OpenAi => INVALID_REQUEST,
+        };
+        ApiError::new(422, flavor, kind, message)
+            .with_param("prompt_name")
+            .with_code("unknown_prompt")
+    }
+
+    /// This route is not served by this backend. 501, saying why.
+    pub fn not_implemented(flavor: Flavor, why: &str) -> Self {
+        let kind = match flavor {
+            Flavor::Tei => BACKEND,
+            Flavor::OpenAi => SERVER_ERROR,
+        };
+        ApiError::new(501, flavor, kind, why.to_string()).with_code("not_implemented")
+    }
+
     /// Too much work queued; the client may retry later. 429 on both routes.
     pub fn overloaded(flavor: Flavor, why: &str) -> Self {
         let message = format!("the model is overloaded: {why}; retry later");
@@ -318,7 +367,8 @@ impl ApiError {
         let flavor = flavor_of_path(path);
         let message = format!(
             "no route for {} {}: this server answers POST /embed, POST /, POST /v1/embeddings, \
-             GET /health, GET /info and GET /openapi.json",
+             POST /embed_all, POST /tokenize, POST /decode, GET /health, GET /info and \
+             GET /openapi.json",
             String::from_utf8_lossy(method),
             String::from_utf8_lossy(path)
         );

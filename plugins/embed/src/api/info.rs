@@ -6,9 +6,10 @@
 //! `max_batch_tokens`, `max_batch_requests`, `max_client_batch_size`,
 //! `auto_truncate`, `tokenization_workers`, `version`, `sha`,
 //! `docker_label`; newer TEI adds `served_model_name`, written here too.
-//! One field is this server's own, after TEI's: `max_openai_inputs`, the
-//! per-request input limit of `/v1/embeddings` (TEI's clients ignore
-//! fields they do not know).
+//! Some fields are this server's own, after TEI's: `max_openai_inputs`, the
+//! per-request input limit of `/v1/embeddings`; `payload_limit`, the
+//! largest body; `prompts`, the names `prompt_name` takes; and
+//! `default_prompt_name` (TEI's clients ignore fields they do not know).
 
 use super::json::{write_str, write_usize};
 
@@ -54,6 +55,12 @@ pub struct InfoFields<'a> {
     /// The name the OpenAI route answers with when a request names no
     /// model, if different from `model_id`.
     pub served_model_name: Option<&'a str>,
+    /// Largest request body accepted, in bytes (`M0_EMBED_PAYLOAD_LIMIT`).
+    pub payload_limit: usize,
+    /// The model's prompts, by name (`prompt_name` takes these).
+    pub prompt_names: &'a [&'a str],
+    /// The prompt applied when a request names none, if set by name.
+    pub default_prompt_name: Option<&'a str>,
 }
 
 /// Writes TEI's `Info` JSON for `info`, appending to `out`.
@@ -97,6 +104,17 @@ pub fn write_info(info: &InfoFields<'_>, out: &mut Vec<u8>) {
     opt_str(info.served_model_name, out);
     out.extend_from_slice(b",\"max_openai_inputs\":");
     write_usize(info.max_openai_inputs, out);
+    out.extend_from_slice(b",\"payload_limit\":");
+    write_usize(info.payload_limit, out);
+    out.extend_from_slice(b",\"prompts\":[");
+    for (i, name) in info.prompt_names.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_str(name, out);
+    }
+    out.extend_from_slice(b"],\"default_prompt_name\":");
+    opt_str(info.default_prompt_name, out);
     out.push(b'}');
 }
 
@@ -131,6 +149,9 @@ mod tests {
             sha: Some("abc123"),
             docker_label: None,
             served_model_name: None,
+            payload_limit: 2_000_000,
+            prompt_names: &[],
+            default_prompt_name: None,
         }
     }
 
@@ -158,10 +179,15 @@ mod tests {
             "docker_label",
             "served_model_name",
             "max_openai_inputs",
+            "payload_limit",
+            "prompts",
+            "default_prompt_name",
         ] {
             assert!(keys.contains(&k), "missing {k}");
         }
-        assert_eq!(obj.len(), 16);
+        assert_eq!(obj.len(), 19);
+        assert_eq!(v["payload_limit"], 2_000_000);
+        assert_eq!(v["prompts"], serde_json::json!([]));
         assert_eq!(v["max_openai_inputs"], 2048);
         assert_eq!(v["model_type"]["embedding"]["pooling"], "mean");
         assert_eq!(v["model_sha"], Value::Null);

@@ -12,6 +12,8 @@
 //! [`ApiError::content_type`] and [`ApiError::body`] are the reply.
 //! [`openapi_document`] describes all of it as OpenAPI 3.1
 //! (`openapi.json` beside this file, with the server's limits filled in).
+//! [`parse_tokenize`], [`parse_decode`] and [`parse_embed_all`] serve TEI's
+//! token routes; [`Timing`] writes TEI's `x-*-time` headers.
 
 mod error;
 mod info;
@@ -20,10 +22,13 @@ mod openapi;
 mod render;
 mod request;
 mod route;
+mod timing;
+mod tokens;
 
 pub use error::{
-    ApiError, ENV_ACCEPT_TOKEN_IDS, ENV_AUTO_TRUNCATE, ENV_MAX_CLIENT_BATCH_SIZE,
-    ENV_MAX_OPENAI_INPUTS, ENV_PAYLOAD_LIMIT, Flavor,
+    ApiError, ENV_ACCEPT_TOKEN_IDS, ENV_AUTO_TRUNCATE, ENV_DEFAULT_PROMPT, ENV_DEFAULT_PROMPT_NAME,
+    ENV_MAX_CLIENT_BATCH_SIZE, ENV_MAX_OPENAI_INPUTS, ENV_PAYLOAD_LIMIT, ENV_SERVED_MODEL_NAME,
+    Flavor,
 };
 pub use info::{InfoFields, write_info};
 pub use openapi::openapi_document;
@@ -32,3 +37,8 @@ pub use request::{
     EmbedCall, Encoding, Inputs, Limits, TruncationDirection, parse_openai, parse_tei,
 };
 pub use route::{ROUTES, Route, route};
+pub use timing::{COMPUTE_TYPE, Timing};
+pub use tokens::{
+    DecodeCall, TokenOut, TokenizeCall, parse_decode, parse_embed_all, parse_tokenize,
+    write_decoded, write_embed_all, write_tokens,
+};

@@ -44,6 +44,21 @@ const LIMITS: &[(&str, Limit)] = &[
         "/components/schemas/OpenAiRequest/properties/dimensions/maximum",
         |l| l.dim,
     ),
+    (
+        "/components/schemas/TeiRequest/properties/dimensions/maximum",
+        |l| l.dim,
+    ),
+    (
+        "/components/schemas/TokenizeRequest/properties/inputs/oneOf/1/maxItems",
+        |l| l.max_client_batch_size,
+    ),
+    (
+        "/components/schemas/DecodeRequest/properties/ids/oneOf/1/maxItems",
+        |l| l.max_client_batch_size,
+    ),
+    ("/components/schemas/DecodeId/maximum", |l| {
+        l.vocab.saturating_sub(1)
+    }),
 ];
 
 /// Where the token-id forms are in `oneOf` of `TeiInputs` and
@@ -62,6 +77,20 @@ pub fn openapi_document(limits: &Limits, version: &str) -> Result<Vec<u8>, Strin
             .pointer_mut(pointer)
             .ok_or_else(|| format!("the built-in OpenAPI document has no {pointer}"))?;
         *slot = Value::from(value(limits));
+    }
+    // `prompt_name` takes the model's prompts' names, or null.
+    for schema in ["TeiRequest", "EmbedAllRequest", "TokenizeRequest"] {
+        let pointer = format!("/components/schemas/{schema}/properties/prompt_name/enum");
+        let slot = doc
+            .pointer_mut(&pointer)
+            .ok_or_else(|| format!("the built-in OpenAPI document has no {pointer}"))?;
+        let mut names: Vec<Value> = limits
+            .prompt_names
+            .iter()
+            .map(|n| n.as_str().into())
+            .collect();
+        names.push(Value::Null);
+        *slot = Value::Array(names);
     }
     if !limits.accept_token_ids {
         for schema in ["TeiInputs", "OpenAiInputs"] {
@@ -171,6 +200,15 @@ mod tests {
         );
         let d: Value = serde_json::from_slice(&openapi_document(&l, "9.9.9").unwrap()).unwrap();
         assert_eq!(d["info"]["version"], "9.9.9");
+        let l = Limits {
+            prompt_names: vec!["query".into()],
+            ..Limits::default()
+        };
+        let d = doc(&l);
+        assert_eq!(
+            d["components"]["schemas"]["TokenizeRequest"]["properties"]["prompt_name"]["enum"],
+            serde_json::json!(["query", null])
+        );
     }
 
     #[test]
@@ -218,9 +256,8 @@ mod tests {
             ];
             // TEI's fields alone: a prompt, text pairs.
             if f == Flavor::Tei {
-                for code in ["prompt_unsupported", "pairs_unsupported"] {
-                    all.push(ApiError::invalid(f, "inputs", "x".into()).with_code(code));
-                }
+                all.push(ApiError::unknown_prompt(f, "x", &["query"]));
+                all.push(ApiError::invalid(f, "inputs", "x".into()).with_code("pairs_unsupported"));
             }
             all
         };

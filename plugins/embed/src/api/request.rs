@@ -52,6 +52,9 @@ pub struct Limits {
     pub auto_truncate: bool,
     /// The model's embedding width, the most `dimensions` may ask for.
     pub dim: usize,
+    /// The names `prompt_name` takes (the model's prompts), for the
+    /// OpenAPI document; the plugin resolves them.
+    pub prompt_names: Vec<String>,
 }
 
 impl Default for Limits {
@@ -65,6 +68,7 @@ impl Default for Limits {
             payload_limit: 2_000_000,
             auto_truncate: false,
             dim: 384,
+            prompt_names: Vec::new(),
         }
     }
 }
@@ -137,18 +141,22 @@ pub struct EmbedCall {
     pub model: Option<String>,
     /// Which API the request came in on.
     pub flavor: Flavor,
-    /// OpenAI's `dimensions`: keep this many leading components (then
-    /// renormalize), `1..=Limits::dim`. See [`super::shrink_rows`].
+    /// `dimensions` (both routes): keep this many leading components
+    /// (then renormalize when normalizing), `1..=Limits::dim`. See
+    /// [`super::shrink_rows`].
     pub dimensions: Option<usize>,
+    /// TEI's `prompt_name`: which of the model's prompts to prepend to
+    /// every input; `None` for the server's default prompt, if any.
+    pub prompt_name: Option<String>,
 }
 
 /// Parses the body of `POST /embed` (or `POST /`):
 /// `{"inputs": str | [str] | [int] | [[int]], "normalize"?: bool, "truncate"?: bool,
-/// "truncation_direction"?: "Right" | "Left", "prompt_name"?: null}`.
+/// "truncation_direction"?: "Right" | "Left", "prompt_name"?: str, "dimensions"?: int}`.
 ///
 /// `truncate` defaults to [`Limits::auto_truncate`], `normalize` to true.
-/// `prompt_name` must be absent or null: this server applies no prompts
-/// (422 otherwise; TEI answers 413 when the model has no prompts).
+/// `prompt_name` is kept for the plugin to resolve against the model's
+/// prompts (an unknown name is refused there, naming the known ones).
 pub fn parse_tei(body: &[u8], limits: &Limits) -> Result<EmbedCall, ApiError> {
     let flavor = Flavor::Tei;
     let mut obj = parse_object(body, limits, flavor)?;
@@ -156,46 +164,9 @@ pub fn parse_tei(body: &[u8], limits: &Limits) -> Result<EmbedCall, ApiError> {
     let normalize = opt_bool(obj.get("normalize"), "normalize", flavor)?.unwrap_or(true);
     let truncate =
         opt_bool(obj.get("truncate"), "truncate", flavor)?.unwrap_or(limits.auto_truncate);
-    let truncation_direction = match obj.get("truncation_direction") {
-        None | Some(Value::Null) => TruncationDirection::Right,
-        Some(Value::String(s)) if s == "Right" || s == "right" => TruncationDirection::Right,
-        Some(Value::String(s)) if s == "Left" || s == "left" => TruncationDirection::Left,
-        Some(v) => {
-            return Err(ApiError::invalid(
-                flavor,
-                "truncation_direction",
-                format!(
-                    "`truncation_direction` must be \"Right\" or \"Left\", got {}",
-                    describe(v)
-                ),
-            ));
-        }
-    };
-    match obj.get("prompt_name") {
-        None | Some(Value::Null) => {}
-        Some(Value::String(s)) => {
-            return Err(ApiError::invalid(
-                flavor,
-                "prompt_name",
-                format!(
-                    "`prompt_name` {:?} is not supported: this server applies no prompts; \
-                     prepend the prompt text to each input instead and drop `prompt_name`",
-                    truncate_for_message(s)
-                ),
-            )
-            .with_code("prompt_unsupported"));
-        }
-        Some(v) => {
-            return Err(ApiError::invalid(
-                flavor,
-                "prompt_name",
-                format!(
-                    "`prompt_name` must be a string or null, got {}",
-                    describe(v)
-                ),
-            ));
-        }
-    }
+    let truncation_direction = truncation_direction(obj.get("truncation_direction"), flavor)?;
+    let prompt_name = prompt_name(obj.get("prompt_name"), flavor)?;
+    let dimensions = dimensions(obj.get("dimensions"), limits, flavor)?;
     Ok(EmbedCall {
         inputs,
         normalize,
@@ -204,8 +175,79 @@ pub fn parse_tei(body: &[u8], limits: &Limits) -> Result<EmbedCall, ApiError> {
         encoding: Encoding::Float,
         model: None,
         flavor,
-        dimensions: None,
+        dimensions,
+        prompt_name,
     })
+}
+
+/// TEI's `truncation_direction`: `"Right"` (the default) or `"Left"`
+/// (lower case taken too).
+pub(crate) fn truncation_direction(
+    v: Option<&Value>,
+    flavor: Flavor,
+) -> Result<TruncationDirection, ApiError> {
+    match v {
+        None | Some(Value::Null) => Ok(TruncationDirection::Right),
+        Some(Value::String(s)) if s == "Right" || s == "right" => Ok(TruncationDirection::Right),
+        Some(Value::String(s)) if s == "Left" || s == "left" => Ok(TruncationDirection::Left),
+        Some(v) => Err(ApiError::invalid(
+            flavor,
+            "truncation_direction",
+            format!(
+                "`truncation_direction` must be \"Right\" or \"Left\", got {}",
+                describe(v)
+            ),
+        )),
+    }
+}
+
+/// TEI's `prompt_name`: a string, or absent/null.
+pub(crate) fn prompt_name(v: Option<&Value>, flavor: Flavor) -> Result<Option<String>, ApiError> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(v) => Err(ApiError::invalid(
+            flavor,
+            "prompt_name",
+            format!(
+                "`prompt_name` must be a string or null, got {}",
+                describe(v)
+            ),
+        )),
+    }
+}
+
+/// `dimensions`: a whole number from 1 to the model's width, or
+/// absent/null.
+fn dimensions(
+    v: Option<&Value>,
+    limits: &Limits,
+    flavor: Flavor,
+) -> Result<Option<usize>, ApiError> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => match whole(n) {
+            Some(d) if d >= 1 && d <= limits.dim as u64 => Ok(Some(d as usize)),
+            _ => Err(ApiError::invalid(
+                flavor,
+                "dimensions",
+                format!(
+                    "`dimensions` must be an integer from 1 to {} (this model's width), \
+                     got {n}",
+                    limits.dim
+                ),
+            )),
+        },
+        Some(v) => Err(ApiError::invalid(
+            flavor,
+            "dimensions",
+            format!(
+                "`dimensions` must be an integer from 1 to {}, got {}",
+                limits.dim,
+                describe(v)
+            ),
+        )),
+    }
 }
 
 /// Parses the body of `POST /v1/embeddings`:
@@ -245,34 +287,7 @@ pub fn parse_openai(body: &[u8], limits: &Limits) -> Result<EmbedCall, ApiError>
             ));
         }
     };
-    let dimensions = match obj.get("dimensions") {
-        None | Some(Value::Null) => None,
-        Some(Value::Number(n)) => match whole(n) {
-            Some(d) if d >= 1 && d <= limits.dim as u64 => Some(d as usize),
-            _ => {
-                return Err(ApiError::invalid(
-                    flavor,
-                    "dimensions",
-                    format!(
-                        "`dimensions` must be an integer from 1 to {} (this model's width), \
-                         got {n}",
-                        limits.dim
-                    ),
-                ));
-            }
-        },
-        Some(v) => {
-            return Err(ApiError::invalid(
-                flavor,
-                "dimensions",
-                format!(
-                    "`dimensions` must be an integer from 1 to {}, got {}",
-                    limits.dim,
-                    describe(v)
-                ),
-            ));
-        }
-    };
+    let dimensions = dimensions(obj.get("dimensions"), limits, flavor)?;
     match obj.get("user") {
         None | Some(Value::Null) | Some(Value::String(_)) => {}
         Some(v) => {
@@ -292,10 +307,11 @@ pub fn parse_openai(body: &[u8], limits: &Limits) -> Result<EmbedCall, ApiError>
         model,
         flavor,
         dimensions,
+        prompt_name: None,
     })
 }
 
-fn parse_object(
+pub(super) fn parse_object(
     body: &[u8],
     limits: &Limits,
     flavor: Flavor,
@@ -330,7 +346,7 @@ fn parse_object(
     }
 }
 
-fn take_inputs(
+pub(super) fn take_inputs(
     value: Option<Value>,
     field: &'static str,
     limits: &Limits,
@@ -435,7 +451,7 @@ fn take_inputs(
 /// A non-negative whole number, written as an integer (`64`) or with a
 /// fraction of zero (`64.0`): JSON Schema's `integer`, which the OpenAPI
 /// document promises, includes both, and so does OpenAI's API.
-fn whole(n: &serde_json::Number) -> Option<u64> {
+pub(super) fn whole(n: &serde_json::Number) -> Option<u64> {
     n.as_u64().or_else(|| {
         let f = n.as_f64()?;
         // Below 2^53 every whole f64 is exact, and far above any limit.
@@ -486,7 +502,7 @@ fn token_ids(
     Ok(out)
 }
 
-fn opt_bool(
+pub(super) fn opt_bool(
     v: Option<&Value>,
     field: &'static str,
     flavor: Flavor,
@@ -503,7 +519,7 @@ fn opt_bool(
 }
 
 /// A short description of a JSON value for error messages.
-fn describe(v: &Value) -> String {
+pub(super) fn describe(v: &Value) -> String {
     match v {
         Value::Null => "null".into(),
         Value::Bool(b) => format!("the boolean {b}"),
@@ -617,12 +633,15 @@ mod tests {
     }
 
     #[test]
-    fn tei_prompt_name_is_refused_with_fix() {
-        let e = tei(r#"{"inputs": "x", "prompt_name": "query"}"#).unwrap_err();
-        assert_eq!(e.status, 422);
-        assert_eq!(e.kind, "Validation");
-        assert!(e.message.contains("prompt_name"));
-        assert!(e.message.contains("prepend"));
+    fn tei_prompt_name_and_dimensions_are_taken() {
+        let c = tei(r#"{"inputs": "x", "prompt_name": "query", "dimensions": 128}"#).unwrap();
+        assert_eq!(c.prompt_name.as_deref(), Some("query"));
+        assert_eq!(c.dimensions, Some(128));
+        for d in ["0", "385", "1.5", "\"8\""] {
+            let e = tei(&format!(r#"{{"inputs": "x", "dimensions": {d}}}"#)).unwrap_err();
+            assert_eq!((e.status, e.param), (422, Some("dimensions")), "{d}");
+            assert!(e.message.contains("1 to 384"), "{}", e.message);
+        }
     }
 
     #[test]

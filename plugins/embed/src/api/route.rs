@@ -11,6 +11,12 @@ pub enum Route {
     /// too): parse with [`super::parse_openai`], answer with
     /// [`super::write_openai`].
     OpenAiEmbeddings,
+    /// `POST /embed_all`: every token's vector, [`super::parse_embed_all`].
+    EmbedAll,
+    /// `POST /tokenize`: [`super::parse_tokenize`].
+    Tokenize,
+    /// `POST /decode`: [`super::parse_decode`].
+    Decode,
     /// `GET /health` (or `HEAD`): 200 with an empty body once the model is
     /// loaded, else [`super::ApiError::unavailable`].
     Health,
@@ -41,6 +47,9 @@ pub const ROUTES: &[(&str, Route, &str)] = &[
     ("/", Route::Embed, POST),
     ("/v1/embeddings", Route::OpenAiEmbeddings, POST),
     ("/embeddings", Route::OpenAiEmbeddings, POST),
+    ("/embed_all", Route::EmbedAll, POST),
+    ("/tokenize", Route::Tokenize, POST),
+    ("/decode", Route::Decode, POST),
     ("/health", Route::Health, GET),
     ("/info", Route::Info, GET),
     ("/openapi.json", Route::OpenApi, GET),
@@ -77,6 +86,9 @@ mod tests {
         assert_eq!(route(b"POST", b"/"), Route::Embed);
         assert_eq!(route(b"POST", b"/v1/embeddings"), Route::OpenAiEmbeddings);
         assert_eq!(route(b"POST", b"/embeddings"), Route::OpenAiEmbeddings);
+        assert_eq!(route(b"POST", b"/embed_all"), Route::EmbedAll);
+        assert_eq!(route(b"POST", b"/tokenize"), Route::Tokenize);
+        assert_eq!(route(b"POST", b"/decode"), Route::Decode);
         assert_eq!(route(b"GET", b"/health"), Route::Health);
         assert_eq!(route(b"HEAD", b"/health"), Route::Health);
         assert_eq!(route(b"GET", b"/info"), Route::Info);
@@ -122,7 +134,7 @@ mod tests {
             b"/v1/chat/completions",
             b"/Embed",
             b"",
-            b"/embed_all",
+            b"/embed_all/",
             b"\xff",
         ] {
             assert_eq!(route(b"POST", p), Route::NotFound, "{p:?}");

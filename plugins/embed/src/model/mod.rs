@@ -30,7 +30,7 @@ mod weights;
 
 pub use config::Pooling;
 pub use error::ModelError;
-pub use tokenize::{Encoded, TokenizeError, Tokenizer, TooLong};
+pub use tokenize::{Encoded, Side, TokenSpan, TokenizeError, Tokenizer, TooLong};
 
 use std::path::Path;
 
@@ -302,6 +302,21 @@ impl Model {
             normalize_rows(dim, &mut out);
         }
         out
+    }
+
+    /// The encoder's last hidden state of every token of `batch`, before
+    /// pooling: `sum(tokens) * info().dim` floats, the inputs' tokens one
+    /// after another in order (what `/embed_all` answers).
+    pub fn token_states(&self, batch: &[Encoded]) -> Vec<f32> {
+        if batch.is_empty() {
+            return Vec::new();
+        }
+        let seqs: Vec<&[u32]> = batch.iter().map(|e| e.ids()).collect();
+        let threads = self.info.threads;
+        match &self.pool {
+            Some(p) => p.install(|| self.encoder.forward(&seqs, threads)),
+            None => self.encoder.forward(&seqs, 1),
+        }
     }
 
     /// The embeddings of `batch` in one forward pass, cut into consecutive

@@ -5,7 +5,31 @@
 use super::error::ModelError;
 use std::fmt;
 use std::path::Path;
-use tokenizers::{PostProcessor, Tokenizer as HfTokenizer, TruncationParams};
+use tokenizers::{
+    PostProcessor, Tokenizer as HfTokenizer, TruncationDirection as HfDirection, TruncationParams,
+};
+
+/// Which end of an over-long input truncation cuts; the special tokens
+/// (`[CLS]`, `[SEP]`) stay either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// Keep the start, cut the end (sentence-transformers' way).
+    Right,
+    /// Keep the end, cut the start.
+    Left,
+}
+
+/// One token of a text as `/tokenize` reports it: its id, its text (the
+/// input's bytes it covers, or the token itself for a special token), and
+/// for ordinary tokens its byte offsets in the input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenSpan {
+    pub id: u32,
+    pub text: String,
+    pub special: bool,
+    /// Byte offsets `start..stop` in the input; `None` for special tokens.
+    pub span: Option<(usize, usize)>,
+}
 
 /// One tokenized input: its token ids, `[CLS]` and `[SEP]` included.
 ///
@@ -94,7 +118,13 @@ impl From<TooLong> for TokenizeError {
 #[derive(Clone)]
 pub struct Tokenizer {
     truncating: HfTokenizer,
+    /// As `truncating`, cutting at the start instead.
+    truncating_left: HfTokenizer,
     whole: HfTokenizer,
+    /// The special ids the post-processor starts a sequence with
+    /// (`[CLS]`): [`Tokenizer::from_ids`] keeps them when it cuts at the
+    /// start.
+    prefix: Vec<u32>,
     max_len: usize,
     /// config.json's `vocab_size`: the rows of the embedding table, so the
     /// bound every id must be under.
@@ -166,18 +196,39 @@ impl Tokenizer {
                     "restore tokenizer.json from the model's original folder",
                 )
             })?;
-        // What the post-processor appends: the special ids after the last
-        // ordinary one of a one-word text.
-        let suffix = whole
+        let mut truncating_left = whole.clone();
+        truncating_left
+            .with_truncation(Some(TruncationParams {
+                max_length: max_len,
+                direction: HfDirection::Left,
+                ..TruncationParams::default()
+            }))
+            .map_err(|e| {
+                ModelError::new(
+                    &file,
+                    format!("refuses truncation at {max_len}: {e}"),
+                    "restore tokenizer.json from the model's original folder",
+                )
+            })?;
+        // What the post-processor adds: the special ids before the first
+        // and after the last ordinary one of a one-word text.
+        let (prefix, suffix) = whole
             .encode_fast("a", true)
             .map(|e| {
                 let specials = e.get_special_tokens_mask();
+                let ids = e.get_ids();
+                let first = specials.iter().position(|&m| m == 0);
                 let last = specials.iter().rposition(|&m| m == 0);
-                last.map_or_else(Vec::new, |l| e.get_ids()[l + 1..].to_vec())
+                match (first, last) {
+                    (Some(f), Some(l)) => (ids[..f].to_vec(), ids[l + 1..].to_vec()),
+                    _ => (Vec::new(), Vec::new()),
+                }
             })
             .unwrap_or_default();
         Ok(Tokenizer {
             truncating,
+            truncating_left,
+            prefix,
             whole,
             max_len,
             vocab,
@@ -204,6 +255,17 @@ impl Tokenizer {
         seqs: &[Vec<u32>],
         truncate: bool,
     ) -> Result<Vec<Encoded>, TokenizeError> {
+        self.from_ids_cut(seqs, truncate.then_some(Side::Right))
+    }
+
+    /// [`Tokenizer::from_ids`], cutting over-long sequences at `cut`'s
+    /// end (keeping the opening special tokens too when cutting the
+    /// start), or refusing them when `cut` is `None`.
+    pub fn from_ids_cut(
+        &self,
+        seqs: &[Vec<u32>],
+        cut: Option<Side>,
+    ) -> Result<Vec<Encoded>, TokenizeError> {
         let mut out = Vec::with_capacity(seqs.len());
         for (index, ids) in seqs.iter().enumerate() {
             if let Some(bad) = ids.iter().find(|&&id| id as usize >= self.vocab) {
@@ -219,22 +281,37 @@ impl Tokenizer {
                 out.push(Encoded { ids: ids.clone() });
                 continue;
             }
-            if !truncate {
+            let Some(side) = cut else {
                 return Err(TooLong {
                     index,
                     tokens: ids.len(),
                     max: self.max_len,
                 }
                 .into());
-            }
+            };
             let keep_end = if !self.suffix.is_empty() && ids.ends_with(&self.suffix) {
                 self.suffix.len()
             } else {
                 0
             };
-            let mut cut = ids[..self.max_len - keep_end].to_vec();
-            cut.extend_from_slice(&ids[ids.len() - keep_end..]);
-            out.push(Encoded { ids: cut });
+            let keep_start = if !self.prefix.is_empty() && ids.starts_with(&self.prefix) {
+                self.prefix.len()
+            } else {
+                0
+            };
+            let kept = match side {
+                Side::Right => {
+                    let mut kept = ids[..self.max_len - keep_end].to_vec();
+                    kept.extend_from_slice(&ids[ids.len() - keep_end..]);
+                    kept
+                }
+                Side::Left => {
+                    let mut kept = ids[..keep_start].to_vec();
+                    kept.extend_from_slice(&ids[ids.len() - (self.max_len - keep_start)..]);
+                    kept
+                }
+            };
+            out.push(Encoded { ids: kept });
         }
         Ok(out)
     }
@@ -249,10 +326,20 @@ impl Tokenizer {
     /// sentence-transformers does); without, the first such input fails the
     /// batch with [`TokenizeError::TooLong`].
     pub fn tokenize(&self, texts: &[&str], truncate: bool) -> Result<Vec<Encoded>, TokenizeError> {
-        let tok = if truncate {
-            &self.truncating
-        } else {
-            &self.whole
+        self.tokenize_cut(texts, truncate.then_some(Side::Right))
+    }
+
+    /// [`Tokenizer::tokenize`], cutting over-long inputs at `cut`'s end
+    /// (the special tokens kept), or refusing them when `cut` is `None`.
+    pub fn tokenize_cut(
+        &self,
+        texts: &[&str],
+        cut: Option<Side>,
+    ) -> Result<Vec<Encoded>, TokenizeError> {
+        let tok = match cut {
+            Some(Side::Right) => &self.truncating,
+            Some(Side::Left) => &self.truncating_left,
+            None => &self.whole,
         };
         let mut out = Vec::with_capacity(texts.len());
         for (index, text) in texts.iter().enumerate() {
@@ -274,5 +361,56 @@ impl Tokenizer {
             out.push(Encoded { ids: ids.to_vec() });
         }
         Ok(out)
+    }
+
+    /// The tokens of `text`, with `add_special_tokens` the model's
+    /// `[CLS]`/`[SEP]` too, never truncated: what `/tokenize` answers.
+    /// Offsets are bytes of `text`.
+    pub fn spans(
+        &self,
+        text: &str,
+        add_special_tokens: bool,
+    ) -> Result<Vec<TokenSpan>, TokenizeError> {
+        let enc = self
+            .whole
+            .encode_fast(text, add_special_tokens)
+            .map_err(|e| TokenizeError::Failed {
+                index: 0,
+                message: e.to_string(),
+            })?;
+        let spans = enc
+            .get_ids()
+            .iter()
+            .zip(enc.get_offsets())
+            .zip(enc.get_special_tokens_mask())
+            .zip(enc.get_tokens())
+            .map(|(((&id, &(start, stop)), &special), token)| {
+                if special == 1 {
+                    TokenSpan {
+                        id,
+                        text: token.clone(),
+                        special: true,
+                        span: None,
+                    }
+                } else {
+                    let bytes = text.as_bytes().get(start..stop).unwrap_or_default();
+                    TokenSpan {
+                        id,
+                        text: String::from_utf8_lossy(bytes).into_owned(),
+                        special: false,
+                        span: Some((start, stop)),
+                    }
+                }
+            })
+            .collect();
+        Ok(spans)
+    }
+
+    /// The text of token ids (ids of this vocabulary), special tokens
+    /// dropped with `skip_special_tokens`: what `/decode` answers.
+    pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String, String> {
+        self.whole
+            .decode(ids, skip_special_tokens)
+            .map_err(|e| e.to_string())
     }
 }
