@@ -12,6 +12,10 @@ use crate::api::{
 /// CPU serves concurrent requests, each on its own core).
 pub const ENV_THREADS: &str = "M0_EMBED_THREADS";
 
+/// The folder of the native encoder's packed weights cache (default: beside
+/// model.safetensors, else the user's cache folder).
+pub const ENV_CACHE_DIR: &str = crate::model::CACHE_DIR_VAR;
+
 /// Requests one forward pass may serve (default 32), when the host batches.
 pub const ENV_MAX_BATCH_REQUESTS: &str = "M0_EMBED_MAX_BATCH_REQUESTS";
 const DEFAULT_MAX_BATCH_REQUESTS: u32 = 32;
@@ -45,6 +49,8 @@ pub struct Settings {
     pub auto_truncate: bool,
     pub max_batch_requests: u32,
     pub max_batch_bytes: u32,
+    /// [`ENV_CACHE_DIR`], when set.
+    pub cache_dir: Option<PathBuf>,
 }
 
 fn var<T>(
@@ -152,6 +158,12 @@ impl Settings {
                 DEFAULT_MAX_BATCH_BYTES,
                 count_u32,
                 "a positive number of bytes, at most 4294967295",
+            )?,
+            cache_dir: var(
+                ENV_CACHE_DIR,
+                None,
+                |v| Some(Some(PathBuf::from(v))).filter(|_| Path::new(v).is_absolute()),
+                "an absolute path to a folder the server's user can write",
             )?,
         })
     }

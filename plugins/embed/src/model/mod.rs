@@ -12,27 +12,32 @@
 //! ```
 //!
 //! Its files: `config` (the folder's JSON files), `weights` (safetensors),
+//! `cache` (the packed weights cache, mapped and shared by every worker),
+//! `mmap` (the mappings: shared read-only files, per-pass scratch),
 //! `tokenize` (the tokenizer), `encoder` (the packed forward pass), `matmul`
 //! (the dense products: weights in 64-column panels, an AVX-512 kernel for
 //! small batches, gemm for large ones), `strided` (attention's products for
 //! long sequences, on gemm), `kernels` (SIMD element- and row-wise work,
 //! attention of short sequences), `pooling`, `error`.
 
+mod cache;
 mod config;
 mod encoder;
 mod error;
 mod kernels;
 mod matmul;
+mod mmap;
 mod pooling;
 mod strided;
 mod tokenize;
 mod weights;
 
+pub use cache::{CACHE_DIR_VAR, FILE_NAME as CACHE_FILE_NAME, VERSION as CACHE_VERSION, checksum};
 pub use config::Pooling;
 pub use error::ModelError;
 pub use tokenize::{Encoded, TokenizeError, Tokenizer, TooLong};
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// How to load a model.
 #[derive(Debug, Clone)]
@@ -46,6 +51,11 @@ pub struct LoadOptions {
     /// The name [`ModelInfo::name`] reports; `None` (the default) takes the
     /// folder's name.
     pub name: Option<String>,
+    /// The folder of the packed weights cache ([`CACHE_DIR_VAR`]); `None`
+    /// (the default) puts it beside model.safetensors, or in the user's
+    /// cache folder ($XDG_CACHE_HOME or ~/.cache, then m0serve/embed) when
+    /// the model's folder cannot be written.
+    pub cache_dir: Option<PathBuf>,
 }
 
 impl Default for LoadOptions {
@@ -53,6 +63,7 @@ impl Default for LoadOptions {
         LoadOptions {
             threads: 1,
             name: None,
+            cache_dir: None,
         }
     }
 }
@@ -84,8 +95,15 @@ pub struct ModelInfo {
     /// Whether the pipeline ends in a Normalize module (modules.json): pass
     /// it to [`Model::embed`] for the model's own behaviour.
     pub normalize: bool,
-    /// Bytes of weights held in memory.
+    /// Bytes of weights the forward pass reads.
     pub weight_bytes: usize,
+    /// Where the weights are mapped from (`MAP_SHARED`, read-only: every
+    /// process that maps it shares its pages), when they are; `None` for a
+    /// forward pass that holds its weights elsewhere.
+    pub weights_file: Option<PathBuf>,
+    /// Why this process wrote [`ModelInfo::weights_file`] (it was missing,
+    /// stale or damaged); `None` when it found it valid.
+    pub weights_built: Option<String>,
     /// The compute type, `"float32"`.
     pub dtype: &'static str,
     /// Compute threads per embed call ([`LoadOptions::threads`]).
@@ -183,6 +201,8 @@ impl Folder {
             pooling: self.pipe.pooling,
             normalize: self.pipe.normalize,
             weight_bytes,
+            weights_file: None,
+            weights_built: None,
             dtype: "float32",
             threads,
         }
@@ -218,9 +238,8 @@ impl Model {
     pub fn load(dir: &Path, opts: LoadOptions) -> Result<Model, ModelError> {
         let folder = Folder::open(dir)?;
         let isa = kernels::Isa::detect();
-        let st = weights::SafeTensors::open(dir)?;
-        let encoder = encoder::Encoder::load(&st, &folder.cfg, folder.max_len, isa)?;
-        drop(st);
+        let packed = cache::open(dir, &folder.cfg, opts.cache_dir.as_deref())?;
+        let encoder = encoder::Encoder::load(&packed, &folder.cfg, folder.max_len, isa);
         // After the weights: when config.json disagrees with them, the
         // tensors' shapes tell more than the pooling module does.
         folder.check_pooling_dim()?;
@@ -242,7 +261,9 @@ impl Model {
         } else {
             None
         };
-        let info = folder.info(dir, opts.name, encoder.weight_bytes(), threads);
+        let mut info = folder.info(dir, opts.name, packed.bytes(), threads);
+        info.weights_file = Some(packed.path.clone());
+        info.weights_built = packed.built.clone();
         Ok(Model {
             info,
             tokenizer: folder.tokenizer,
