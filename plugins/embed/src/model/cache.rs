@@ -32,7 +32,8 @@
 //! A cache is used only when all of it checks: magic, version, length,
 //! the source's size and mtime, the table (against config.json's shapes)
 //! and the checksum; anything else is rebuilt, never trusted. Writers
-//! serialise on a lock file and publish by rename of a complete file, so a
+//! serialise on a lock file beside it (`.NAME.lock`, left in place) and
+//! publish by rename of a complete file, so a
 //! mapped cache is never changed under a reader, and racing workers map
 //! the same file.
 
