@@ -91,6 +91,7 @@ fn main() {
             LoadOptions {
                 threads,
                 name: None,
+                ..LoadOptions::default()
             },
         )
         .unwrap_or_else(|e| {

@@ -142,6 +142,7 @@ impl Backend for Model {
             LoadOptions {
                 threads: model.settings.threads,
                 name: model.name,
+                cache_dir: model.settings.cache_dir.clone(),
             },
         )
         .map_err(|e| InitError::refused(format!("embed: cannot load the model: {e}")))

@@ -106,6 +106,25 @@ impl<B: Backend> Plugin for Embed<B> {
             ("embed.pooling", pooling.to_string()),
             ("embed.normalize", m.normalize.to_string()),
             ("embed.weight_bytes", m.weight_bytes.to_string()),
+            // Bytes of weights this process maps from the cache file, and
+            // whether those pages are shared with the other workers (a
+            // read-only MAP_SHARED mapping of one file): the memory a
+            // worker adds is what `Pss` shows, not these bytes again.
+            (
+                "embed.weights_mapped_bytes",
+                m.weights_file
+                    .as_ref()
+                    .map_or(0, |_| m.weight_bytes)
+                    .to_string(),
+            ),
+            ("embed.weights_shared", m.weights_file.is_some().to_string()),
+            (
+                "embed.weights_file",
+                m.weights_file
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+            ),
             ("embed.dtype", m.dtype.to_string()),
             ("embed.threads", m.threads.to_string()),
             (
@@ -145,10 +164,23 @@ impl<B: Backend> Plugin for Embed<B> {
             if key == "embed.weight_bytes" && m.weight_bytes == 0 {
                 continue;
             }
+            if key.starts_with("embed.weights_") && m.weights_file.is_none() {
+                continue;
+            }
             // Well-formed constant keys: the host refuses none of them.
             let _ = host.fact(key, &value);
         }
-        let weights = if m.weight_bytes > 0 {
+        let weights = if let Some(file) = &m.weights_file {
+            let built = m
+                .weights_built
+                .as_ref()
+                .map_or(String::new(), |why| format!(", written now: it was {why}"));
+            format!(
+                ", {:.1} MB of f32 weights mapped shared from {}{built}",
+                m.weight_bytes as f64 / 1e6,
+                file.display()
+            )
+        } else if m.weight_bytes > 0 {
             format!(", {:.1} MB of f32 weights", m.weight_bytes as f64 / 1e6)
         } else {
             String::new()

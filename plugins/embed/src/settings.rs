@@ -15,6 +15,10 @@ use crate::api::{
 /// CPU serves concurrent requests, each on its own core).
 pub const ENV_THREADS: &str = "M0_EMBED_THREADS";
 
+/// The folder of the native encoder's packed weights cache (default: beside
+/// model.safetensors, else the user's cache folder).
+pub const ENV_CACHE_DIR: &str = crate::model::CACHE_DIR_VAR;
+
 /// Requests one forward pass may serve (default 32), when the host batches.
 pub const ENV_MAX_BATCH_REQUESTS: &str = "M0_EMBED_MAX_BATCH_REQUESTS";
 const DEFAULT_MAX_BATCH_REQUESTS: u32 = 32;
@@ -56,6 +60,8 @@ pub struct Settings {
     pub default_prompt_name: Option<String>,
     /// `M0_EMBED_DEFAULT_PROMPT`: a prompt text for inputs that name none.
     pub default_prompt: Option<String>,
+    /// [`ENV_CACHE_DIR`], when set.
+    pub cache_dir: Option<PathBuf>,
 }
 
 fn var<T>(
@@ -181,6 +187,12 @@ impl Settings {
             served_model_name: var(ENV_SERVED_MODEL_NAME, None, |v| Some(text(v)), "a name")?,
             default_prompt_name,
             default_prompt,
+            cache_dir: var(
+                ENV_CACHE_DIR,
+                None,
+                |v| Some(Some(PathBuf::from(v))).filter(|_| Path::new(v).is_absolute()),
+                "an absolute path to a folder the server's user can write",
+            )?,
         })
     }
 

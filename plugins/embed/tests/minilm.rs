@@ -49,6 +49,7 @@ fn model(threads: usize) -> Model {
         LoadOptions {
             threads,
             name: None,
+            ..LoadOptions::default()
         },
     )
     .unwrap_or_else(|e| panic!("{e}"))

@@ -5,17 +5,21 @@
 //! runs once over all M real tokens of the batch, and only attention runs
 //! per sequence, over that sequence's own tokens. Nothing is padded, so no
 //! attention mask is needed.
+//!
+//! Every weight is a slice of the packed cache's shared mapping
+//! (cache.rs); a pass's scratch buffers are its own, freed when it ends
+//! (mmap.rs).
 
+use super::cache::Packed;
 use super::config::{Activation, BertConfig};
-use super::error::ModelError;
 use super::kernels::{self, Isa};
 use super::matmul::{Linear, matmul};
+use super::mmap::{Scratch, Tensor};
 use super::strided::matmul_strided;
-use super::weights::SafeTensors;
 
 pub(crate) struct LayerNorm {
-    g: Vec<f32>,
-    b: Vec<f32>,
+    g: Tensor,
+    b: Tensor,
 }
 
 struct Layer {
@@ -29,10 +33,10 @@ struct Layer {
 }
 
 pub(crate) struct Encoder {
-    word: Vec<f32>,
-    pos: Vec<f32>,
+    word: Tensor,
+    pos: Tensor,
     /// Token type 0's embedding (single-sentence inputs use no other).
-    ty0: Vec<f32>,
+    ty0: Tensor,
     ln_emb: LayerNorm,
     layers: Vec<Layer>,
     hidden: usize,
@@ -66,55 +70,41 @@ fn for_rows(threads: usize, a: &mut [f32], row: usize, f: impl Fn(&mut [f32], us
 const SMALL_ATTENTION: usize = 48;
 
 impl Encoder {
-    pub(crate) fn load(
-        st: &SafeTensors,
-        cfg: &BertConfig,
-        max_len: usize,
-        isa: Isa,
-    ) -> Result<Encoder, ModelError> {
+    /// Over the packed cache's tensors, which [`Packed`] has checked
+    /// against `cfg`'s shapes.
+    pub(crate) fn load(packed: &Packed, cfg: &BertConfig, max_len: usize, isa: Isa) -> Encoder {
         let (h, i) = (cfg.hidden, cfg.intermediate);
-        let ln = |name: &str| -> Result<LayerNorm, ModelError> {
-            Ok(LayerNorm {
-                g: st.get(&format!("{name}.weight"), &[h])?,
-                b: st.get(&format!("{name}.bias"), &[h])?,
+        let t = |name: &str| packed.tensor(name);
+        let ln = |name: &str| LayerNorm {
+            g: t(&format!("{name}.weight")),
+            b: t(&format!("{name}.bias")),
+        };
+        let dense = |name: &str, k: usize, n: usize| {
+            Linear::new(
+                t(&format!("{name}.weight")),
+                t(&format!("{name}.bias")),
+                k,
+                n,
+            )
+        };
+        let layers = (0..cfg.layers)
+            .map(|l| {
+                let p = format!("encoder.layer.{l}");
+                Layer {
+                    qkv: dense(&format!("{p}.attention.self.qkv"), h, 3 * h),
+                    attn_out: dense(&format!("{p}.attention.output.dense"), h, h),
+                    ln_attn: ln(&format!("{p}.attention.output.LayerNorm")),
+                    ffn_in: dense(&format!("{p}.intermediate.dense"), h, i),
+                    ffn_out: dense(&format!("{p}.output.dense"), i, h),
+                    ln_ffn: ln(&format!("{p}.output.LayerNorm")),
+                }
             })
-        };
-        let dense = |name: &str, n: usize, k: usize| -> Result<(Vec<f32>, Vec<f32>), ModelError> {
-            Ok((
-                st.get(&format!("{name}.weight"), &[n, k])?,
-                st.get(&format!("{name}.bias"), &[n])?,
-            ))
-        };
-        let types = st.get(
-            "embeddings.token_type_embeddings.weight",
-            &[cfg.type_vocab, h],
-        )?;
-        let mut layers = Vec::with_capacity(cfg.layers);
-        for l in 0..cfg.layers {
-            let p = format!("encoder.layer.{l}");
-            let q = dense(&format!("{p}.attention.self.query"), h, h)?;
-            let k = dense(&format!("{p}.attention.self.key"), h, h)?;
-            let v = dense(&format!("{p}.attention.self.value"), h, h)?;
-            let o = dense(&format!("{p}.attention.output.dense"), h, h)?;
-            let f1 = dense(&format!("{p}.intermediate.dense"), i, h)?;
-            let f2 = dense(&format!("{p}.output.dense"), h, i)?;
-            layers.push(Layer {
-                qkv: Linear::from_out_in(&[(&q.0, &q.1), (&k.0, &k.1), (&v.0, &v.1)], h),
-                attn_out: Linear::from_out_in(&[(&o.0, &o.1)], h),
-                ln_attn: ln(&format!("{p}.attention.output.LayerNorm"))?,
-                ffn_in: Linear::from_out_in(&[(&f1.0, &f1.1)], h),
-                ffn_out: Linear::from_out_in(&[(&f2.0, &f2.1)], i),
-                ln_ffn: ln(&format!("{p}.output.LayerNorm"))?,
-            });
-        }
-        Ok(Encoder {
-            word: st.get("embeddings.word_embeddings.weight", &[cfg.vocab, h])?,
-            pos: st.get(
-                "embeddings.position_embeddings.weight",
-                &[cfg.max_position, h],
-            )?,
-            ty0: types[..h].to_vec(),
-            ln_emb: ln("embeddings.LayerNorm")?,
+            .collect();
+        Encoder {
+            word: t("embeddings.word_embeddings.weight"),
+            pos: t("embeddings.position_embeddings.weight"),
+            ty0: t("embeddings.token_type_embeddings.0"),
+            ln_emb: ln("embeddings.LayerNorm"),
             layers,
             hidden: h,
             heads: cfg.heads,
@@ -124,18 +114,7 @@ impl Encoder {
             eps: cfg.eps,
             activation: cfg.activation,
             isa,
-        })
-    }
-
-    /// Bytes of f32 weights held.
-    pub(crate) fn weight_bytes(&self) -> usize {
-        let lns = (2 * self.layers.len() + 1) * 2 * self.hidden * 4;
-        let dense: usize = self
-            .layers
-            .iter()
-            .map(|l| l.qkv.bytes() + l.attn_out.bytes() + l.ffn_in.bytes() + l.ffn_out.bytes())
-            .sum();
-        (self.word.len() + self.pos.len() + self.ty0.len()) * 4 + lns + dense
+        }
     }
 
     /// Multiply-adds x2 of the dense layers for `m` tokens (for GFLOP/s).
@@ -147,7 +126,7 @@ impl Encoder {
     /// The last hidden state of every token of every sequence, packed:
     /// `sum(lens) x hidden` rows, sequence after sequence. Sequences longer
     /// than max_len are cut to it; ids outside the vocabulary read as 0.
-    pub(crate) fn forward(&self, seqs: &[&[u32]], threads: usize) -> Vec<f32> {
+    pub(crate) fn forward(&self, seqs: &[&[u32]], threads: usize) -> Scratch {
         let isa = self.isa;
         let h = self.hidden;
         let seqs: Vec<&[u32]> = seqs
@@ -155,7 +134,7 @@ impl Encoder {
             .map(|s| &s[..s.len().min(self.max_len)])
             .collect();
         let m: usize = seqs.iter().map(|s| s.len()).sum();
-        let mut x = vec![0f32; m * h];
+        let mut x = Scratch::zeroed(m * h);
         let mut row = 0;
         for s in &seqs {
             for (p, &id) in s.iter().enumerate() {
@@ -177,10 +156,10 @@ impl Encoder {
                 row += 1;
             }
         }
-        let mut qkv = vec![0f32; m * 3 * h];
-        let mut ctx = vec![0f32; m * h];
-        let mut tmp = vec![0f32; m * h];
-        let mut inter = vec![0f32; m * self.intermediate];
+        let mut qkv = Scratch::zeroed(m * 3 * h);
+        let mut ctx = Scratch::zeroed(m * h);
+        let mut tmp = Scratch::zeroed(m * h);
+        let mut inter = Scratch::zeroed(m * self.intermediate);
         let eps = self.eps;
         for layer in &self.layers {
             matmul(isa, &x, m, &layer.qkv, &mut qkv, threads);
@@ -220,7 +199,7 @@ impl Encoder {
         let dh = h / heads;
         // Every (sequence, head) writes its own contiguous block of a
         // head-major buffer: [sequence][head][token][dh].
-        let mut blocks = vec![0f32; ctx.len()];
+        let mut blocks = Scratch::zeroed(ctx.len());
         let mut tasks: Vec<(usize, usize, usize, &mut [f32])> =
             Vec::with_capacity(seqs.len() * heads);
         let mut rest: &mut [f32] = &mut blocks;

@@ -1,7 +1,8 @@
 //! The dense layers' products, `out = a x W + b`.
 //!
-//! Weights are packed once at load into panels of [`PANEL`] output columns:
-//! `[n / PANEL][k][PANEL]`, each panel one contiguous run of memory. Two
+//! Weights are packed once into panels of [`PANEL`] output columns:
+//! `[n / PANEL][k][PANEL]`, each panel one contiguous run of memory (in
+//! the packed cache file, mapped: see cache.rs). Two
 //! engines read that one layout:
 //!
 //! - on AVX-512 and up to [`SMALL_M`] rows (a request of a few sentences),
@@ -14,6 +15,7 @@
 //! Panels are split over the call's threads (disjoint output columns).
 
 use super::kernels::Isa;
+use super::mmap::Tensor;
 
 /// Output columns per panel: four AVX-512 vectors.
 pub(crate) const PANEL: usize = 64;
@@ -24,39 +26,56 @@ pub(crate) const SMALL_M: usize = 64;
 /// A dense layer's weight in panels, and its bias.
 pub(crate) struct Linear {
     /// `[panels][k][PANEL]`, columns past `n` zero.
-    w: Vec<f32>,
+    w: Tensor,
     /// `[n]`.
-    pub b: Vec<f32>,
+    pub b: Tensor,
     pub k: usize,
     pub n: usize,
 }
 
-impl Linear {
-    /// From safetensors' `[n, k]` weights (one or more stacked along n, e.g.
-    /// query, key and value) and their biases.
-    pub(crate) fn from_out_in(parts: &[(&[f32], &[f32])], k: usize) -> Linear {
-        let n: usize = parts.iter().map(|(_, b)| b.len()).sum();
-        let panels = n.div_ceil(PANEL);
-        let mut w = vec![0f32; panels * k * PANEL];
-        let mut b = Vec::with_capacity(n);
-        let mut col = 0;
-        for (pw, pb) in parts {
-            for j in 0..pb.len() {
-                let c = col + j;
-                let (p, lane) = (c / PANEL, c % PANEL);
-                let src = &pw[j * k..(j + 1) * k];
-                for (i, &v) in src.iter().enumerate() {
-                    w[(p * k + i) * PANEL + lane] = v;
-                }
+/// Safetensors' `[n, k]` weights (one or more stacked along n, e.g. query,
+/// key and value; each given with its n) in panels: `[panels][k][PANEL]`,
+/// panels = ceil(n / PANEL), columns past n zero.
+pub(crate) fn pack_panels(parts: &[(&[f32], usize)], k: usize) -> Vec<f32> {
+    let n: usize = parts.iter().map(|&(_, n)| n).sum();
+    let panels = n.div_ceil(PANEL);
+    let mut w = vec![0f32; panels * k * PANEL];
+    let mut col = 0;
+    for &(pw, pn) in parts {
+        for j in 0..pn {
+            let c = col + j;
+            let (p, lane) = (c / PANEL, c % PANEL);
+            let src = &pw[j * k..(j + 1) * k];
+            for (i, &v) in src.iter().enumerate() {
+                w[(p * k + i) * PANEL + lane] = v;
             }
-            b.extend_from_slice(pb);
-            col += pb.len();
         }
+        col += pn;
+    }
+    w
+}
+
+impl Linear {
+    /// Over packed panels ([`pack_panels`]) and the n biases; panics when
+    /// their sizes disagree with k and n.
+    pub(crate) fn new(w: Tensor, b: Tensor, k: usize, n: usize) -> Linear {
+        assert_eq!(
+            w.len(),
+            n.div_ceil(PANEL) * k * PANEL,
+            "panels of {k} x {n}"
+        );
+        assert_eq!(b.len(), n, "biases of {n} columns");
         Linear { w, b, k, n }
     }
 
-    pub(crate) fn bytes(&self) -> usize {
-        (self.w.len() + self.b.len()) * 4
+    /// From safetensors' `[n, k]` weights (one or more stacked along n, e.g.
+    /// query, key and value) and their biases, on the heap.
+    #[cfg(test)]
+    pub(crate) fn from_out_in(parts: &[(&[f32], &[f32])], k: usize) -> Linear {
+        let sized: Vec<(&[f32], usize)> = parts.iter().map(|&(w, b)| (w, b.len())).collect();
+        let b: Vec<f32> = parts.iter().flat_map(|(_, b)| b.iter().copied()).collect();
+        let n = b.len();
+        Linear::new(Tensor::Heap(pack_panels(&sized, k)), Tensor::Heap(b), k, n)
     }
 
     fn panels(&self) -> usize {

@@ -11,28 +11,89 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # One copy of the weights, for every worker and every runtime
+//!
+//! [`Model::load`] does not read the weights into memory: it maps a packed
+//! cache of them, `model.m0embed` beside model.safetensors (or in
+//! [`CACHE_DIR_VAR`]), read-only and `MAP_SHARED`, and the kernels compute
+//! on that mapping. Every process that maps the file shares the same
+//! page-cache pages, so N workers hold one copy, not N. The cache is
+//! written once, when missing, stale (model.safetensors changed, another
+//! layout version) or damaged, by whichever process takes its lock first,
+//! and published by rename: a mapped cache never changes under a reader.
+//!
+//! The file, all little-endian: 56 fixed bytes (magic `M0EMBED\0`, u32
+//! layout version [`CACHE_VERSION`], u32 length of the JSON table, u64
+//! `data_start` (a multiple of 4096), u64 file length, u64
+//! model.safetensors' size, u64 its mtime in ns, u64 [`checksum`] of
+//! `data_start..`), the JSON table, zeros up to `data_start`, then the
+//! tensors, each f32 at `data_start + offset` (64-byte aligned). The
+//! table is `{"format": "m0embed", "version": 1, "panel": 64, "tensors":
+//! [{"name", "shape", "offset", "layout", "columns"}]}`; names are the
+//! safetensors names without `bert.`, except `attention.self.qkv` (query,
+//! key and value stacked along the output) and
+//! `embeddings.token_type_embeddings.0` (type 0's row). `"rows"` tensors
+//! are row-major in `shape`; `"panels"` are a dense layer's `[out, in]`
+//! weight as `[panels, in, 64]`, panel p holding outputs 64p..64p+64
+//! (`columns` of them real, the rest zero).
+//!
+//! A Python backend (the pyembed plugin's, say) gets the same pages with
+//! numpy, no copy:
+//!
+//! ```python
+//! import json, mmap, struct, numpy as np
+//! f = open(path, "rb")
+//! mm = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+//! magic, version, table_len, data_start = struct.unpack_from("<8sIIQ", mm, 0)
+//! table = json.loads(mm[56:56 + table_len])
+//! t = {e["name"]: e for e in table["tensors"]}
+//! def tensor(name):
+//!     e = t[name]
+//!     a = np.frombuffer(mm, "<f4", int(np.prod(e["shape"])), data_start + e["offset"])
+//!     return a.reshape(e["shape"])
+//! name = "encoder.layer.0.intermediate.dense.weight"
+//! w = tensor(name)  # [panels, in, 64], the shared pages themselves
+//! # x @ W.T straight from the panels (unpacking to [out, in] would copy):
+//! y = np.einsum("mk,pkc->mpc", x, w).reshape(len(x), -1)[:, :t[name]["columns"]]
+//! ```
+//!
+//! (A runtime that wants the original layout can also `numpy.frombuffer`
+//! an `mmap` of model.safetensors itself when its tensors are F32: an
+//! 8-byte header length, the JSON header, then the raw data.)
+//! tests/embed/read_cache.py reads every tensor so and checks it against
+//! model.safetensors.
+//!
+//! A forward pass's large scratch buffers are anonymous mappings of its
+//! own, unmapped when it ends, so a worker's memory after a long batch is
+//! what it runs next, not the longest batch it has seen.
+//!
 //! Its files: `config` (the folder's JSON files), `weights` (safetensors),
+//! `cache` (the packed weights cache, mapped and shared by every worker),
+//! `mmap` (the mappings: shared read-only files, per-pass scratch),
 //! `tokenize` (the tokenizer), `encoder` (the packed forward pass), `matmul`
 //! (the dense products: weights in 64-column panels, an AVX-512 kernel for
 //! small batches, gemm for large ones), `strided` (attention's products for
 //! long sequences, on gemm), `kernels` (SIMD element- and row-wise work,
 //! attention of short sequences), `pooling`, `error`.
 
+mod cache;
 mod config;
 mod encoder;
 mod error;
 mod kernels;
 mod matmul;
+mod mmap;
 mod pooling;
 mod strided;
 mod tokenize;
 mod weights;
 
+pub use cache::{CACHE_DIR_VAR, FILE_NAME as CACHE_FILE_NAME, VERSION as CACHE_VERSION, checksum};
 pub use config::Pooling;
 pub use error::ModelError;
 pub use tokenize::{Encoded, Side, TokenSpan, TokenizeError, Tokenizer, TooLong};
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// How to load a model.
 #[derive(Debug, Clone)]
@@ -46,6 +107,11 @@ pub struct LoadOptions {
     /// The name [`ModelInfo::name`] reports; `None` (the default) takes the
     /// folder's name.
     pub name: Option<String>,
+    /// The folder of the packed weights cache ([`CACHE_DIR_VAR`]); `None`
+    /// (the default) puts it beside model.safetensors, or in the user's
+    /// cache folder ($XDG_CACHE_HOME or ~/.cache, then m0serve/embed) when
+    /// the model's folder cannot be written.
+    pub cache_dir: Option<PathBuf>,
 }
 
 impl Default for LoadOptions {
@@ -53,6 +119,7 @@ impl Default for LoadOptions {
         LoadOptions {
             threads: 1,
             name: None,
+            cache_dir: None,
         }
     }
 }
@@ -84,8 +151,15 @@ pub struct ModelInfo {
     /// Whether the pipeline ends in a Normalize module (modules.json): pass
     /// it to [`Model::embed`] for the model's own behaviour.
     pub normalize: bool,
-    /// Bytes of weights held in memory.
+    /// Bytes of weights the forward pass reads.
     pub weight_bytes: usize,
+    /// Where the weights are mapped from (`MAP_SHARED`, read-only: every
+    /// process that maps it shares its pages), when they are; `None` for a
+    /// forward pass that holds its weights elsewhere.
+    pub weights_file: Option<PathBuf>,
+    /// Why this process wrote [`ModelInfo::weights_file`] (it was missing,
+    /// stale or damaged); `None` when it found it valid.
+    pub weights_built: Option<String>,
     /// The compute type, `"float32"`.
     pub dtype: &'static str,
     /// Compute threads per embed call ([`LoadOptions::threads`]).
@@ -183,6 +257,8 @@ impl Folder {
             pooling: self.pipe.pooling,
             normalize: self.pipe.normalize,
             weight_bytes,
+            weights_file: None,
+            weights_built: None,
             dtype: "float32",
             threads,
         }
@@ -208,7 +284,10 @@ impl Model {
     /// Loads a sentence-transformers folder: `config.json`,
     /// `model.safetensors`, `tokenizer.json`, `modules.json`, the pooling
     /// module's `config.json` (at the path modules.json gives) and, if
-    /// present, `sentence_bert_config.json`. Nothing is downloaded.
+    /// present, `sentence_bert_config.json`. Nothing is downloaded. The
+    /// weights are mapped from the packed cache, written first when it is
+    /// missing, stale or damaged (see the module docs);
+    /// [`ModelInfo::weights_file`] says where it is.
     ///
     /// Refuses, naming the file at fault and the fix: a missing file, a
     /// model_type other than `bert`, a pipeline with modules other than
@@ -218,9 +297,8 @@ impl Model {
     pub fn load(dir: &Path, opts: LoadOptions) -> Result<Model, ModelError> {
         let folder = Folder::open(dir)?;
         let isa = kernels::Isa::detect();
-        let st = weights::SafeTensors::open(dir)?;
-        let encoder = encoder::Encoder::load(&st, &folder.cfg, folder.max_len, isa)?;
-        drop(st);
+        let packed = cache::open(dir, &folder.cfg, opts.cache_dir.as_deref())?;
+        let encoder = encoder::Encoder::load(&packed, &folder.cfg, folder.max_len, isa);
         // After the weights: when config.json disagrees with them, the
         // tensors' shapes tell more than the pooling module does.
         folder.check_pooling_dim()?;
@@ -242,7 +320,9 @@ impl Model {
         } else {
             None
         };
-        let info = folder.info(dir, opts.name, encoder.weight_bytes(), threads);
+        let mut info = folder.info(dir, opts.name, packed.bytes(), threads);
+        info.weights_file = Some(packed.path.clone());
+        info.weights_built = packed.built.clone();
         Ok(Model {
             info,
             tokenizer: folder.tokenizer,
@@ -313,10 +393,12 @@ impl Model {
         }
         let seqs: Vec<&[u32]> = batch.iter().map(|e| e.ids()).collect();
         let threads = self.info.threads;
-        match &self.pool {
+        let hidden = match &self.pool {
             Some(p) => p.install(|| self.encoder.forward(&seqs, threads)),
             None => self.encoder.forward(&seqs, 1),
-        }
+        };
+        // Copied out: the pass's scratch goes back when it is dropped.
+        hidden.to_vec()
     }
 
     /// The embeddings of `batch` in one forward pass, cut into consecutive

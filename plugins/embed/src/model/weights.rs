@@ -1,10 +1,12 @@
 //! `model.safetensors`: an 8-byte little-endian header length, a JSON header
 //! (name -> dtype, shape, data_offsets), then the raw little-endian data.
 //!
-//! Read whole, checked entry by entry (offsets inside the file, sizes that
+//! Mapped read-only (only while the packed cache is built from it: see
+//! cache.rs), checked entry by entry (offsets inside the file, sizes that
 //! match shape and dtype), converted to f32 on request.
 
 use super::error::{FIX_REEXPORT, ModelError};
+use super::mmap::Mapping;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -27,10 +29,25 @@ struct Entry {
     end: usize,
 }
 
+/// The file's bytes: mapped, or read (tests).
+enum Bytes {
+    Heap(Vec<u8>),
+    Mapped(Mapping),
+}
+
+impl Bytes {
+    fn get(&self) -> &[u8] {
+        match self {
+            Bytes::Heap(v) => v,
+            Bytes::Mapped(m) => m.bytes(),
+        }
+    }
+}
+
 /// A parsed safetensors file.
 pub(crate) struct SafeTensors {
     file: PathBuf,
-    data: Vec<u8>,
+    data: Bytes,
     base: usize,
     entries: HashMap<String, Entry>,
     /// `"bert."` when the names carry the prefix, else `""`.
@@ -49,7 +66,16 @@ fn bad(file: &Path, message: String) -> ModelError {
 impl SafeTensors {
     pub(crate) fn open(dir: &Path) -> Result<SafeTensors, ModelError> {
         let file = dir.join("model.safetensors");
-        let data = match std::fs::read(&file) {
+        // Mapped, not read: the bytes are converted once into the cache and
+        // never held on this process's heap. An empty file cannot be
+        // mapped; read, it is refused as too short.
+        let data = match std::fs::File::open(&file).and_then(|f| {
+            if f.metadata()?.len() == 0 {
+                Ok(Bytes::Heap(Vec::new()))
+            } else {
+                Mapping::file(&f).map(Bytes::Mapped)
+            }
+        }) {
             Ok(d) => d,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(ModelError::new(
@@ -70,7 +96,13 @@ impl SafeTensors {
         Self::parse(file, data)
     }
 
-    fn parse(file: PathBuf, data: Vec<u8>) -> Result<SafeTensors, ModelError> {
+    #[cfg(test)]
+    fn parse_vec(file: PathBuf, data: Vec<u8>) -> Result<SafeTensors, ModelError> {
+        Self::parse(file, Bytes::Heap(data))
+    }
+
+    fn parse(file: PathBuf, bytes: Bytes) -> Result<SafeTensors, ModelError> {
+        let data = bytes.get();
         let Some(len) = data.get(..8) else {
             return Err(bad(&file, format!("is {} bytes, too short", data.len())));
         };
@@ -181,7 +213,7 @@ impl SafeTensors {
         };
         Ok(SafeTensors {
             file,
-            data,
+            data: bytes,
             base,
             entries,
             prefix,
@@ -209,7 +241,7 @@ impl SafeTensors {
                 FIX_REEXPORT,
             ));
         }
-        let raw = &self.data[self.base + e.start..self.base + e.end];
+        let raw = &self.data.get()[self.base + e.start..self.base + e.end];
         match e.dtype {
             Dtype::F32 => Ok(raw
                 .chunks_exact(4)
@@ -279,7 +311,7 @@ mod tests {
                 "{prefix}a":{{"dtype":"F16","shape":[1],"data_offsets":[8,10]}},
                 "{prefix}b":{{"dtype":"BF16","shape":[1,1],"data_offsets":[10,12]}}}}"#
             );
-            let st = SafeTensors::parse("x".into(), file_with(&h, &body)).unwrap();
+            let st = SafeTensors::parse_vec("x".into(), file_with(&h, &body)).unwrap();
             assert_eq!(
                 st.get("embeddings.word_embeddings.weight", &[2]).unwrap(),
                 vec![1.5, -2.0]
@@ -319,7 +351,7 @@ mod tests {
             ),
         ];
         for (i, c) in cases.into_iter().enumerate() {
-            let e = SafeTensors::parse("w.safetensors".into(), c);
+            let e = SafeTensors::parse_vec("w.safetensors".into(), c);
             assert!(e.is_err(), "case {i} was accepted");
             assert_eq!(e.err().unwrap().file, PathBuf::from("w.safetensors"));
         }

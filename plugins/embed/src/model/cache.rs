@@ -1,0 +1,600 @@
+//! The packed weights cache: every weight of the encoder as f32 in the
+//! layout the kernels read (dense layers in 64-column panels), written once
+//! from model.safetensors and then mapped read-only and shared
+//! (`MAP_SHARED`) by every worker, so the page cache holds the one copy
+//! that all of them compute on.
+//!
+//! The file (all little-endian):
+//!
+//! | bytes | what |
+//! |---|---|
+//! | 0..8 | magic `M0EMBED\0` |
+//! | 8..12 | layout version (u32, [`VERSION`]) |
+//! | 12..16 | length of the JSON table (u32) |
+//! | 16..24 | data_start: where the tensors begin (u64, a multiple of 4096) |
+//! | 24..32 | the file's length (u64) |
+//! | 32..40 | model.safetensors' size in bytes (u64) |
+//! | 40..48 | model.safetensors' mtime, nanoseconds since 1970 (u64) |
+//! | 48..56 | checksum of data_start..end (u64, see [`checksum`]) |
+//! | 56.. | the JSON table, then zeros up to data_start |
+//!
+//! The table is `{"format": "m0embed", "version": 1, "panel": 64,
+//! "tensors": [{"name", "shape", "offset", "layout", "columns"}, ...]}`:
+//! `offset` is in bytes from data_start (a multiple of 64), every tensor
+//! f32. `layout` `"rows"` is row-major in `shape`; `"panels"` is a dense
+//! layer's `[out, in]` weight packed as `shape` = `[panels, in, 64]`: panel
+//! p holds output columns 64p..64p+64 (`columns` of them real, the rest
+//! zero), row i of a panel the 64 weights of input i. Names are the
+//! safetensors names without `bert.`, except query, key and value stacked
+//! into one `attention.self.qkv` product (columns: query's, key's, value's)
+//! and `embeddings.token_type_embeddings.0` (type 0's row alone).
+//!
+//! A cache is used only when all of it checks: magic, version, length,
+//! the source's size and mtime, the table (against config.json's shapes)
+//! and the checksum; anything else is rebuilt, never trusted. Writers
+//! serialise on a lock file beside it (`.NAME.lock`, left in place) and
+//! publish by rename of a complete file, so a
+//! mapped cache is never changed under a reader, and racing workers map
+//! the same file.
+
+use super::config::BertConfig;
+use super::error::ModelError;
+use super::matmul::{PANEL, pack_panels};
+use super::mmap::{Mapping, Tensor};
+use super::weights::SafeTensors;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+// The cache holds little-endian f32s that the kernels read in place.
+#[cfg(target_endian = "big")]
+compile_error!("the packed weights cache is little-endian f32, read in place");
+
+/// The variable that names the cache's folder.
+pub const CACHE_DIR_VAR: &str = "M0_EMBED_CACHE_DIR";
+
+/// The cache's name beside model.safetensors.
+pub const FILE_NAME: &str = "model.m0embed";
+
+const MAGIC: &[u8; 8] = b"M0EMBED\0";
+/// Bumped whenever the layout of the file or of a tensor changes.
+pub const VERSION: u32 = 1;
+const FIXED: usize = 56;
+const ALIGN: usize = 64;
+const PAGE: usize = 4096;
+
+/// model.safetensors as the cache remembers it: a different size or
+/// mtime is a different source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Source {
+    size: u64,
+    mtime_ns: u64,
+}
+
+/// Where a tensor comes from in model.safetensors.
+enum From {
+    /// `take` leading floats of a tensor of that shape.
+    Rows(String, Vec<usize>, usize),
+    /// Weights `[n, k]` of these layers, stacked along n, in panels.
+    Panels(Vec<(String, usize)>, usize),
+    /// The same layers' biases, one after the other.
+    Biases(Vec<(String, usize)>),
+}
+
+struct Spec {
+    name: String,
+    shape: Vec<usize>,
+    /// Output columns of a panel layout; None for rows.
+    columns: Option<usize>,
+    /// Bytes from data_start.
+    offset: usize,
+    len: usize,
+    from: From,
+}
+
+/// A spec before its offset: name, shape, panel columns, floats, source.
+type Planned = (String, Vec<usize>, Option<usize>, usize, From);
+
+/// The tensors config.json implies, where each goes, and the table.
+struct Plan {
+    specs: Vec<Spec>,
+    json: String,
+    data_start: usize,
+    file_len: usize,
+}
+
+impl Plan {
+    fn new(cfg: &BertConfig) -> Plan {
+        let (h, i) = (cfg.hidden, cfg.intermediate);
+        let mut specs: Vec<Planned> = Vec::new();
+        let rows = |name: &str, shape: Vec<usize>| -> Planned {
+            let len = shape.iter().product();
+            let from = From::Rows(name.to_string(), shape.clone(), len);
+            (name.to_string(), shape, None, len, from)
+        };
+        // Token types first: when config.json's hidden size is wrong, the
+        // smallest tensor names it.
+        specs.push((
+            "embeddings.token_type_embeddings.0".into(),
+            vec![h],
+            None,
+            h,
+            From::Rows(
+                "embeddings.token_type_embeddings.weight".into(),
+                vec![cfg.type_vocab, h],
+                h,
+            ),
+        ));
+        specs.push(rows(
+            "embeddings.word_embeddings.weight",
+            vec![cfg.vocab, h],
+        ));
+        specs.push(rows(
+            "embeddings.position_embeddings.weight",
+            vec![cfg.max_position, h],
+        ));
+        let norm = |specs: &mut Vec<Planned>, name: &str| {
+            for part in ["weight", "bias"] {
+                specs.push(rows(&format!("{name}.{part}"), vec![h]));
+            }
+        };
+        let dense = |specs: &mut Vec<Planned>, name: &str, parts: Vec<(String, usize)>, k| {
+            let n: usize = parts.iter().map(|(_, n)| n).sum();
+            let panels = n.div_ceil(PANEL);
+            specs.push((
+                format!("{name}.weight"),
+                vec![panels, k, PANEL],
+                Some(n),
+                panels * k * PANEL,
+                From::Panels(parts.clone(), k),
+            ));
+            specs.push((
+                format!("{name}.bias"),
+                vec![n],
+                None,
+                n,
+                From::Biases(parts),
+            ));
+        };
+        norm(&mut specs, "embeddings.LayerNorm");
+        for l in 0..cfg.layers {
+            let p = format!("encoder.layer.{l}");
+            let one = |name: &str, n| (vec![(name.to_string(), n)], name.to_string());
+            let qkv = ["query", "key", "value"]
+                .map(|w| (format!("{p}.attention.self.{w}"), h))
+                .to_vec();
+            dense(&mut specs, &format!("{p}.attention.self.qkv"), qkv, h);
+            let (parts, name) = one(&format!("{p}.attention.output.dense"), h);
+            dense(&mut specs, &name, parts, h);
+            norm(&mut specs, &format!("{p}.attention.output.LayerNorm"));
+            let (parts, name) = one(&format!("{p}.intermediate.dense"), i);
+            dense(&mut specs, &name, parts, h);
+            let (parts, name) = one(&format!("{p}.output.dense"), h);
+            dense(&mut specs, &name, parts, i);
+            norm(&mut specs, &format!("{p}.output.LayerNorm"));
+        }
+        let mut offset = 0;
+        let specs: Vec<Spec> = specs
+            .into_iter()
+            .map(|(name, shape, columns, len, from)| {
+                let s = Spec {
+                    name,
+                    shape,
+                    columns,
+                    offset,
+                    len,
+                    from,
+                };
+                offset += (len * 4).next_multiple_of(ALIGN);
+                s
+            })
+            .collect();
+        let table: Vec<serde_json::Value> = specs
+            .iter()
+            .map(|s| {
+                let mut t = serde_json::json!({
+                    "name": s.name,
+                    "shape": s.shape,
+                    "offset": s.offset,
+                    "layout": if s.columns.is_some() { "panels" } else { "rows" },
+                });
+                if let Some(c) = s.columns {
+                    t["columns"] = c.into();
+                }
+                t
+            })
+            .collect();
+        let json = serde_json::json!({
+            "format": "m0embed",
+            "version": VERSION,
+            "panel": PANEL,
+            "tensors": table,
+        })
+        .to_string();
+        let data_start = (FIXED + json.len()).next_multiple_of(PAGE);
+        Plan {
+            specs,
+            json,
+            data_start,
+            file_len: data_start + offset,
+        }
+    }
+
+    fn header(&self, source: Source, checksum: u64) -> Vec<u8> {
+        let mut h = Vec::with_capacity(self.data_start);
+        h.extend_from_slice(MAGIC);
+        h.extend_from_slice(&VERSION.to_le_bytes());
+        h.extend_from_slice(&(self.json.len() as u32).to_le_bytes());
+        h.extend_from_slice(&(self.data_start as u64).to_le_bytes());
+        h.extend_from_slice(&(self.file_len as u64).to_le_bytes());
+        h.extend_from_slice(&source.size.to_le_bytes());
+        h.extend_from_slice(&source.mtime_ns.to_le_bytes());
+        h.extend_from_slice(&checksum.to_le_bytes());
+        h.extend_from_slice(self.json.as_bytes());
+        h.resize(self.data_start, 0);
+        h
+    }
+}
+
+/// FNV-1a over little-endian u64 words in four interleaved lanes (fast
+/// enough to check 90 MB at every worker start), folded at the end. `data`
+/// is a multiple of 32 bytes (every tensor is padded to 64).
+pub fn checksum(data: &[u8]) -> u64 {
+    let mut lanes = LANES;
+    feed(&mut lanes, data);
+    fold(&lanes)
+}
+
+const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+const PRIME: u64 = 0x0000_0100_0000_01b3;
+const LANES: [u64; 4] = [
+    OFFSET_BASIS,
+    OFFSET_BASIS ^ 1,
+    OFFSET_BASIS ^ 2,
+    OFFSET_BASIS ^ 3,
+];
+
+fn fold(lanes: &[u64; 4]) -> u64 {
+    lanes
+        .iter()
+        .fold(OFFSET_BASIS, |h, &l| (h ^ l).wrapping_mul(PRIME))
+}
+
+fn feed(lanes: &mut [u64; 4], data: &[u8]) {
+    for chunk in data.chunks_exact(32) {
+        for (lane, w) in lanes.iter_mut().zip(chunk.chunks_exact(8)) {
+            let w = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+            *lane = (*lane ^ w).wrapping_mul(PRIME);
+        }
+    }
+}
+
+/// The mapped cache: where it is and how it came to be.
+pub(crate) struct Packed {
+    map: Arc<Mapping>,
+    plan: Plan,
+    pub path: PathBuf,
+    /// Why it was written by this process (`missing`, `stale: ...`,
+    /// `damaged: ...`); None when it was found valid.
+    pub built: Option<String>,
+}
+
+impl Packed {
+    /// The tensor `name` of the table, in the mapping.
+    pub(crate) fn tensor(&self, name: &str) -> Tensor {
+        let s = self
+            .plan
+            .specs
+            .iter()
+            .find(|s| s.name == name)
+            .unwrap_or_else(|| panic!("{name} is not in the cache's plan"));
+        Tensor::mapped(&self.map, self.plan.data_start + s.offset, s.len)
+    }
+
+    /// Bytes of tensors mapped.
+    pub(crate) fn bytes(&self) -> usize {
+        self.plan.file_len - self.plan.data_start
+    }
+}
+
+fn source_of(file: &Path) -> std::io::Result<Source> {
+    let m = std::fs::metadata(file)?;
+    let mtime_ns = m
+        .modified()?
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    Ok(Source {
+        size: m.len(),
+        mtime_ns,
+    })
+}
+
+/// Maps `path` if it is a valid cache of `plan` and `source`; else why not.
+fn try_map(path: &Path, plan: &Plan, source: Source) -> Result<Arc<Mapping>, String> {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err("missing".into()),
+        Err(e) => return Err(format!("unreadable: {e}")),
+    };
+    let map = Mapping::file(&file).map_err(|e| format!("damaged: cannot be mapped: {e}"))?;
+    let b = map.bytes();
+    let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
+    let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+    if b.len() < FIXED || &b[..8] != MAGIC {
+        return Err("damaged: not a packed weights cache".into());
+    }
+    if u32_at(8) != VERSION {
+        return Err(format!(
+            "stale: layout version {} (now {VERSION})",
+            u32_at(8)
+        ));
+    }
+    if u64_at(24) != b.len() as u64 {
+        return Err(format!(
+            "damaged: {} bytes, its header says {}",
+            b.len(),
+            u64_at(24)
+        ));
+    }
+    let found = Source {
+        size: u64_at(32),
+        mtime_ns: u64_at(40),
+    };
+    if found != source {
+        return Err("stale: model.safetensors changed since it was written".into());
+    }
+    let json_len = u32_at(12) as usize;
+    if u64_at(16) != plan.data_start as u64
+        || b.len() != plan.file_len
+        || b.get(FIXED..FIXED + json_len) != Some(plan.json.as_bytes())
+    {
+        return Err("stale: its tensors are not the ones config.json implies".into());
+    }
+    if checksum(&b[plan.data_start..]) != u64_at(48) {
+        return Err("damaged: checksum mismatch".into());
+    }
+    Ok(Arc::new(map))
+}
+
+/// Why a build failed: the model's own fault, or the place's.
+enum BuildError {
+    Model(ModelError),
+    Io(String),
+}
+
+fn io(what: &str, path: &Path) -> impl Fn(std::io::Error) -> BuildError {
+    let prefix = format!("{what} {}", path.display());
+    move |e| BuildError::Io(format!("{prefix}: {e}"))
+}
+
+/// Writes the cache at `path` (unless another process did meanwhile) and
+/// maps it; whether this call wrote it.
+fn build_at(
+    model: &Path,
+    path: &Path,
+    plan: &Plan,
+    source: Source,
+) -> Result<(Arc<Mapping>, bool), BuildError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(io("cannot create", dir))?;
+    let name = path
+        .file_name()
+        .map_or("cache".into(), |n| n.to_string_lossy());
+    let lock_path = dir.join(format!(".{name}.lock"));
+    let lock = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(io("cannot create", &lock_path))?;
+    // SAFETY: flock on a descriptor this function owns; it blocks until
+    // the lock is ours, released when `lock` closes.
+    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(io("cannot lock", &lock_path)(
+            std::io::Error::last_os_error(),
+        ));
+    }
+    // Another worker may have written it while this one waited.
+    if let Ok(map) = try_map(path, plan, source) {
+        return Ok((map, false));
+    }
+    let st = SafeTensors::open(model).map_err(BuildError::Model)?;
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let written = write(&st, plan, source, &tmp);
+    drop(st);
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        io("cannot rename into", path)(e)
+    })?;
+    drop(lock);
+    let map = try_map(path, plan, source)
+        .map_err(|why| BuildError::Io(format!("{} as written is {why}", path.display())))?;
+    Ok((map, true))
+}
+
+fn write(st: &SafeTensors, plan: &Plan, source: Source, tmp: &Path) -> Result<(), BuildError> {
+    let mut file = OpenOptions::new()
+        .create_new(true)
+        .write(true)
+        .open(tmp)
+        .map_err(io("cannot create", tmp))?;
+    let mut lanes = LANES;
+    for s in &plan.specs {
+        let data: Vec<f32> = match &s.from {
+            From::Rows(name, shape, take) => {
+                let mut v = st.get(name, shape).map_err(BuildError::Model)?;
+                v.truncate(*take);
+                v
+            }
+            From::Panels(parts, k) => {
+                let ws = parts
+                    .iter()
+                    .map(|(n, cols)| st.get(&format!("{n}.weight"), &[*cols, *k]))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(BuildError::Model)?;
+                let sized: Vec<(&[f32], usize)> = ws
+                    .iter()
+                    .zip(parts)
+                    .map(|(w, (_, cols))| (&w[..], *cols))
+                    .collect();
+                pack_panels(&sized, *k)
+            }
+            From::Biases(parts) => {
+                let mut v = Vec::with_capacity(s.len);
+                for (n, cols) in parts {
+                    v.extend(
+                        st.get(&format!("{n}.bias"), &[*cols])
+                            .map_err(BuildError::Model)?,
+                    );
+                }
+                v
+            }
+        };
+        assert_eq!(data.len(), s.len, "{} as planned", s.name);
+        let mut bytes: Vec<u8> = data.iter().flat_map(|f| f.to_le_bytes()).collect();
+        bytes.resize((s.len * 4).next_multiple_of(ALIGN), 0);
+        feed(&mut lanes, &bytes);
+        file.write_all_at(&bytes, (plan.data_start + s.offset) as u64)
+            .map_err(io("cannot write", tmp))?;
+    }
+    file.write_all_at(&plan.header(source, fold(&lanes)), 0)
+        .map_err(io("cannot write", tmp))?;
+    file.flush().map_err(io("cannot write", tmp))?;
+    file.sync_all().map_err(io("cannot sync", tmp))?;
+    Ok(())
+}
+
+/// The per-user cache folder: $XDG_CACHE_HOME/m0serve/embed, else
+/// ~/.cache/m0serve/embed, else a folder of the user's in the temp dir.
+fn user_cache() -> PathBuf {
+    let abs = |v: &str| {
+        std::env::var_os(v)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    };
+    if let Some(x) = abs("XDG_CACHE_HOME") {
+        return x.join("m0serve/embed");
+    }
+    if let Some(h) = abs("HOME") {
+        return h.join(".cache/m0serve/embed");
+    }
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    std::env::temp_dir().join(format!("m0serve-embed-{uid}"))
+}
+
+/// The cache's name in a shared cache folder: the model folder's name and
+/// a hash of its full path, so that two models never share a name.
+fn name_in_cache_dir(model: &Path) -> String {
+    let full = std::fs::canonicalize(model).unwrap_or_else(|_| model.to_path_buf());
+    let mut h = OFFSET_BASIS;
+    for b in full.as_os_str().as_encoded_bytes() {
+        h = (h ^ u64::from(*b)).wrapping_mul(PRIME);
+    }
+    let folder: String = full
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{folder}-{h:016x}.m0embed")
+}
+
+/// The model folder's weights, packed and mapped: from a valid cache when
+/// there is one, else written once (by whichever worker gets the lock
+/// first) and then mapped.
+///
+/// `cache_dir` ([`CACHE_DIR_VAR`]) is where the cache goes; None tries
+/// beside model.safetensors, then the per-user cache folder (for model
+/// folders this user cannot write).
+pub(crate) fn open(
+    model: &Path,
+    cfg: &BertConfig,
+    cache_dir: Option<&Path>,
+) -> Result<Packed, ModelError> {
+    let file = model.join("model.safetensors");
+    let source = match source_of(&file) {
+        Ok(s) => s,
+        // The same refusal a read gives (missing, unreadable).
+        Err(_) => {
+            SafeTensors::open(model)?;
+            return Err(ModelError::new(
+                &file,
+                "cannot be read",
+                "make the file readable by the server's user",
+            ));
+        }
+    };
+    let plan = Plan::new(cfg);
+    let places: Vec<PathBuf> = match cache_dir {
+        Some(d) => vec![d.join(name_in_cache_dir(model))],
+        None => vec![
+            model.join(FILE_NAME),
+            user_cache().join(name_in_cache_dir(model)),
+        ],
+    };
+    let mut why = None;
+    for path in &places {
+        match try_map(path, &plan, source) {
+            Ok(map) => {
+                return Ok(Packed {
+                    map,
+                    plan,
+                    path: path.clone(),
+                    built: None,
+                });
+            }
+            Err(w) => {
+                why.get_or_insert(w);
+            }
+        }
+    }
+    let mut failures = Vec::new();
+    for path in &places {
+        match build_at(model, path, &plan, source) {
+            Ok((map, wrote)) => {
+                return Ok(Packed {
+                    map,
+                    plan,
+                    path: path.clone(),
+                    built: if wrote { why } else { None },
+                });
+            }
+            Err(BuildError::Model(e)) => return Err(e),
+            Err(BuildError::Io(e)) => failures.push(e),
+        }
+    }
+    let failures = failures.join("; ");
+    Err(match cache_dir {
+        Some(d) => ModelError::new(
+            d,
+            format!("{CACHE_DIR_VAR}: cannot write the packed weights cache there: {failures}"),
+            format!(
+                "set {CACHE_DIR_VAR} to a folder the server's user can create and write, \
+                 or unset it to use the model folder"
+            ),
+        ),
+        None => ModelError::new(
+            model,
+            format!(
+                "cannot write the packed weights cache beside the model or in the user's cache folder: {failures}"
+            ),
+            format!("set {CACHE_DIR_VAR} to a folder the server's user can write"),
+        ),
+    })
+}
