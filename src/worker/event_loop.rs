@@ -47,6 +47,7 @@ use crate::plugin::exchange::Outcome;
 use crate::signals::SignalPipe;
 
 mod accept_pause;
+mod admission;
 mod answer;
 mod auth;
 mod cors;
@@ -108,6 +109,9 @@ pub struct EventLoop {
     drain_deadline: Option<Instant>,
     next_sweep: Instant,
     inline: Option<InlineCalls>,
+    /// The plugin admits each request before it is queued
+    /// (`event_loop/admission.rs`).
+    admission: Option<admission::Admitting>,
     loop_calls: Option<LoopCalls>,
     events: Option<Events>,
     completions: Vec<Completion>,
@@ -195,6 +199,7 @@ impl EventLoop {
             drain_deadline: None,
             next_sweep: Instant::now() + SWEEP_EVERY,
             inline: None,
+            admission: None,
             loop_calls: None,
             events: Some(Events::with_capacity(1024)),
             completions: Vec::with_capacity(64),
@@ -755,9 +760,14 @@ impl EventLoop {
             https: false,
             cors,
             queued_at: self.now,
+            cost: 0,
         };
         conn.deadline = None;
         let job = self.apply_proxy_headers(job);
+        let job = match self.admit_request(key, job) {
+            Ok(job) => job,
+            Err(ready) => return ready,
+        };
         if let Some(inline) = &mut self.inline {
             inline.spilled.clear();
             let outcome = self
@@ -781,6 +791,7 @@ impl EventLoop {
         match self.pool.try_submit(job) {
             Ok(()) => self.in_flight += 1,
             Err(job) => {
+                self.release_cost(job.cost);
                 let http_minor = job.head.http_minor;
                 self.recycle(job.buf, job.head);
                 self.reply_and_linger(
@@ -798,6 +809,7 @@ impl EventLoop {
     pub(super) fn on_completion(&mut self, done: Completion) {
         self.in_flight -= 1;
         let Completion { job, outcome } = done;
+        self.release_cost(job.cost);
         let key = job.token;
         self.log_access(&job, &outcome);
         self.recycle(job.buf, job.head);

@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use crate::api::{
-    ENV_ACCEPT_TOKEN_IDS, ENV_AUTO_TRUNCATE, ENV_MAX_CLIENT_BATCH_SIZE, ENV_MAX_OPENAI_INPUTS,
-    ENV_PAYLOAD_LIMIT, Limits,
+    ENV_ACCEPT_TOKEN_IDS, ENV_AUTO_TRUNCATE, ENV_MAX_CLIENT_BATCH_SIZE, ENV_MAX_CONCURRENT_INPUTS,
+    ENV_MAX_OPENAI_INPUTS, ENV_PAYLOAD_LIMIT, Limits,
 };
 
 /// Compute threads one embed call uses (default 1: a handler thread per
@@ -45,6 +45,9 @@ pub struct Settings {
     pub auto_truncate: bool,
     pub max_batch_requests: u32,
     pub max_batch_bytes: u32,
+    /// `M0_EMBED_MAX_CONCURRENT_INPUTS`, when set: see
+    /// [`Settings::max_concurrent_inputs`] for the default.
+    pub max_concurrent_inputs: Option<usize>,
 }
 
 fn var<T>(
@@ -153,6 +156,28 @@ impl Settings {
                 count_u32,
                 "a positive number of bytes, at most 4294967295",
             )?,
+            max_concurrent_inputs: var(
+                ENV_MAX_CONCURRENT_INPUTS,
+                None,
+                |v| count(v).map(Some),
+                "a positive number of inputs",
+            )?,
+        })
+    }
+
+    /// Inputs one worker holds in flight before it refuses a request with
+    /// 429: the variable, or by default one full batch for each of the
+    /// worker's `handler_threads` (a batch call takes up to
+    /// `max_batch_requests` requests of up to `max_client_batch_size`
+    /// inputs each) and one more: each thread computes a batch while the
+    /// next one queues behind them, so an admitted request waits for about
+    /// one batch; more in flight would only wait longer, unanswered. With
+    /// the defaults, 32 x 32 = 1024 inputs a batch, 3072 for 2 threads.
+    pub fn max_concurrent_inputs(&self, handler_threads: usize) -> usize {
+        self.max_concurrent_inputs.unwrap_or_else(|| {
+            (handler_threads.max(1) + 1)
+                .saturating_mul(self.max_batch_requests as usize)
+                .saturating_mul(self.max_client_batch_size)
         })
     }
 

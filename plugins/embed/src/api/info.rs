@@ -6,9 +6,10 @@
 //! `max_batch_tokens`, `max_batch_requests`, `max_client_batch_size`,
 //! `auto_truncate`, `tokenization_workers`, `version`, `sha`,
 //! `docker_label`; newer TEI adds `served_model_name`, written here too.
-//! One field is this server's own, after TEI's: `max_openai_inputs`, the
-//! per-request input limit of `/v1/embeddings` (TEI's clients ignore
-//! fields they do not know).
+//! Two fields are this server's own, after TEI's: `max_openai_inputs`, the
+//! per-request input limit of `/v1/embeddings`, and
+//! `max_concurrent_inputs`, the inputs one worker holds in flight before
+//! it answers 429 (TEI's clients ignore fields they do not know).
 
 use super::json::{write_str, write_usize};
 
@@ -41,6 +42,9 @@ pub struct InfoFields<'a> {
     pub max_client_batch_size: usize,
     /// Most inputs in one `/v1/embeddings` request.
     pub max_openai_inputs: usize,
+    /// Most inputs in flight in one worker before a request is refused
+    /// with 429.
+    pub max_concurrent_inputs: usize,
     /// Whether over-long inputs are cut when a request does not say.
     pub auto_truncate: bool,
     /// Threads that tokenize.
@@ -97,6 +101,8 @@ pub fn write_info(info: &InfoFields<'_>, out: &mut Vec<u8>) {
     opt_str(info.served_model_name, out);
     out.extend_from_slice(b",\"max_openai_inputs\":");
     write_usize(info.max_openai_inputs, out);
+    out.extend_from_slice(b",\"max_concurrent_inputs\":");
+    write_usize(info.max_concurrent_inputs, out);
     out.push(b'}');
 }
 
@@ -125,6 +131,7 @@ mod tests {
             max_batch_requests: None,
             max_client_batch_size: 32,
             max_openai_inputs: 2048,
+            max_concurrent_inputs: 3072,
             auto_truncate: false,
             tokenization_workers: 2,
             version: env!("CARGO_PKG_VERSION"),
@@ -158,11 +165,13 @@ mod tests {
             "docker_label",
             "served_model_name",
             "max_openai_inputs",
+            "max_concurrent_inputs",
         ] {
             assert!(keys.contains(&k), "missing {k}");
         }
-        assert_eq!(obj.len(), 16);
+        assert_eq!(obj.len(), 17);
         assert_eq!(v["max_openai_inputs"], 2048);
+        assert_eq!(v["max_concurrent_inputs"], 3072);
         assert_eq!(v["model_type"]["embedding"]["pooling"], "mean");
         assert_eq!(v["model_sha"], Value::Null);
         assert_eq!(v["max_batch_requests"], Value::Null);

@@ -10,9 +10,12 @@
 //! applies `dimensions`; [`write_tei`] or [`write_openai`] writes the reply.
 //! Any failure is an [`ApiError`], whose [`ApiError::status`],
 //! [`ApiError::content_type`] and [`ApiError::body`] are the reply.
+//! [`count_inputs`] and [`admit`] decide, before a request is queued,
+//! whether its inputs fit under the worker's limit (`admission.rs`).
 //! [`openapi_document`] describes all of it as OpenAPI 3.1
 //! (`openapi.json` beside this file, with the server's limits filled in).
 
+mod admission;
 mod error;
 mod info;
 mod json;
@@ -21,6 +24,7 @@ mod render;
 mod request;
 mod route;
 
+pub use admission::{ENV_MAX_CONCURRENT_INPUTS, RETRY_AFTER, admit, count_inputs};
 pub use error::{
     ApiError, ENV_ACCEPT_TOKEN_IDS, ENV_AUTO_TRUNCATE, ENV_MAX_CLIENT_BATCH_SIZE,
     ENV_MAX_OPENAI_INPUTS, ENV_PAYLOAD_LIMIT, Flavor,
