@@ -29,6 +29,12 @@
  * - 1.5: M0Request.queued_ns: when the host had the whole request and
  *   queued it for the plugin, on M0Host.now_ns's clock, so a plugin can
  *   report how long a request waited before its work began.
+ *   M0_CAP_ADMIT and M0PluginCalls.admit: the plugin sees each
+ *   request on the event-loop thread before it is queued, says what it
+ *   costs (an embedding model: its inputs) and may refuse it at once (a
+ *   429) instead of letting it wait; the host holds each admitted cost
+ *   until that request's response is done. M0_THREAD_NONE is the
+ *   thread_index of those calls.
  */
 
 #ifndef M0SERVE_H
@@ -170,6 +176,16 @@ M0_EXPORT int32_t m0_plugin_init(const M0Host *host, const M0InitArgs *args,
 // with no concurrency cap, whose thread hooks then also run on the loop.
 #define M0_CAP_INLINE 4
 
+// Capability bit (1.5): the host calls `M0PluginCalls.admit` for every
+// request before the request is queued for `handle` or `handle_batch`
+// (see `M0AdmitFn`). Honoured only with a calls table that has `admit`.
+#define M0_CAP_ADMIT 8
+
+// `M0Request::thread_index` of an `admit` call (1.5): it runs on the
+// event loop's thread, which may have no index of its own and on which
+// `thread_start` may not have run.
+#define M0_THREAD_NONE UINT32_MAX
+
 // `M0Request::flags` bit (1.1): this call is on the event-loop thread.
 #define M0_REQ_ON_LOOP 1
 
@@ -292,6 +308,7 @@ typedef struct M0Request {
   // one more is the event loop's thread, for inline and loop calls).
   // Indices are reused: a thread's index is free again once its
   // `thread_stop` has returned, never while two threads could hold it.
+  // An `admit` call (1.5) has `M0_THREAD_NONE` here.
   uint32_t thread_index;
   // The host's own data; plugins pass the request back, never this.
   void *host_data;
@@ -414,6 +431,9 @@ typedef struct M0PluginCalls {
   int32_t (*handle_batch)(void *state, const struct M0Request *const *requests, struct M0Response *const *responses, size_t count);
   // Optional: see `M0ShutdownFn`.
   void (*shutdown)(void *state);
+  // 1.5, optional, with `M0_CAP_ADMIT`: see `M0AdmitFn`. Read only when
+  // `size` covers it (`PLUGIN_CALLS_ADMIT_END`).
+  int32_t (*admit)(void *state, const struct M0Request *request, struct M0Response *response, uint64_t in_flight, uint64_t *cost);
 } M0PluginCalls;
 
 // Handle one request. Return `M0_OK` once the response is finished, or a
@@ -438,6 +458,26 @@ typedef void (*M0ThreadStopFn)(void *state, uint32_t thread_index);
 // gets the status of the returned code (500 for `M0_OK`), so one failing
 // request fails alone and a failing call fails only its own requests.
 typedef int32_t (*M0HandleBatchFn)(void *state, const struct M0Request *const *requests, struct M0Response *const *responses, size_t count);
+
+// 1.5, with `M0_CAP_ADMIT`: decide whether one request may wait for
+// `handle` or `handle_batch`. Called on the event-loop thread once the
+// request's whole body has arrived (read it with `body_read`), before
+// it is queued, at any time relative to the plugin's other calls, whatever
+// its call model: it must not block, and `thread_index` is
+// `M0_THREAD_NONE`. `in_flight` is the sum of the costs this worker has
+// admitted whose responses are not yet complete.
+//
+// To admit the request, write its cost (in the plugin's own unit, such as
+// inputs to embed; 0 is free) to `*cost` and return `M0_OK` without
+// starting the response: the host adds it to `in_flight` and takes it off
+// again exactly once, when the request's response is complete or cut
+// off, or the host answers it itself (its queue full: 503), whatever the
+// plugin's call returned. To refuse it, answer it through `response` as
+// `handle` would (a 429 with `Retry-After`), without blocking: it is
+// never queued, and its cost is not counted. A negative `M0_ERR_*` before
+// the response began is answered with that code's status. The plugin
+// keeps no count of its own, so none can leak.
+typedef int32_t (*M0AdmitFn)(void *state, const struct M0Request *request, struct M0Response *response, uint64_t in_flight, uint64_t *cost);
 
 // Called once when the worker drains, after the last request.
 typedef void (*M0ShutdownFn)(void *state);

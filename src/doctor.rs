@@ -126,7 +126,8 @@ fn report(cfg: &Config, f: &Findings, exit: i32, sd_notify: Option<&str>) -> Str
                 .num("compute_threads", d.compute_threads)
                 .bool("declares_batch", d.batch)
                 .num("max_batch", d.max_batch)
-                .bool("declares_inline", d.inline);
+                .bool("declares_inline", d.inline)
+                .bool("declares_admit", d.admit);
         }
         None => {
             j.null("name");

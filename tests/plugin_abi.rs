@@ -103,6 +103,7 @@ fn c_lays_out_every_boundary_struct_as_rust_does() {
             "M0PluginCalls.shutdown",
             offset_of!(abi::M0PluginCalls, shutdown),
         ),
+        ("M0PluginCalls.admit", offset_of!(abi::M0PluginCalls, admit)),
         ("M0Error.message", offset_of!(abi::M0Error, message)),
     ];
     for (name, rust) in expected {

@@ -49,6 +49,12 @@
 //! - 1.5: `M0Request.queued_ns`: when the host had the whole request and
 //!   queued it for the plugin, on `M0Host.now_ns`'s clock, so a plugin can
 //!   report how long a request waited before its work began.
+//!   `M0_CAP_ADMIT` and `M0PluginCalls.admit`: the plugin sees each
+//!   request on the event-loop thread before it is queued, says what it
+//!   costs (an embedding model: its inputs) and may refuse it at once (a
+//!   429) instead of letting it wait; the host holds each admitted cost
+//!   until that request's response is done. `M0_THREAD_NONE` is the
+//!   `thread_index` of those calls.
 //!
 //! This section is the only copy: `abi/tests/header.rs` puts it at the top
 //! of `include/m0serve.h`.
@@ -147,6 +153,15 @@ pub const M0_CAP_REPORTS_LOCK_WAIT: u32 = 2;
 /// and is called again on a handler thread. Honoured for reentrant plugins
 /// with no concurrency cap, whose thread hooks then also run on the loop.
 pub const M0_CAP_INLINE: u32 = 4;
+/// Capability bit (1.5): the host calls `M0PluginCalls.admit` for every
+/// request before the request is queued for `handle` or `handle_batch`
+/// (see `M0AdmitFn`). Honoured only with a calls table that has `admit`.
+pub const M0_CAP_ADMIT: u32 = 8;
+
+/// `M0Request::thread_index` of an `admit` call (1.5): it runs on the
+/// event loop's thread, which may have no index of its own and on which
+/// `thread_start` may not have run.
+pub const M0_THREAD_NONE: u32 = u32::MAX;
 
 /// `M0Request::flags` bit (1.1): this call is on the event-loop thread.
 pub const M0_REQ_ON_LOOP: u32 = 1;
@@ -306,6 +321,7 @@ pub struct M0Request {
     /// one more is the event loop's thread, for inline and loop calls).
     /// Indices are reused: a thread's index is free again once its
     /// `thread_stop` has returned, never while two threads could hold it.
+    /// An `admit` call (1.5) has `M0_THREAD_NONE` here.
     pub thread_index: u32,
     /// The host's own data; plugins pass the request back, never this.
     pub host_data: *mut c_void,
@@ -470,6 +486,31 @@ pub type M0HandleBatchFn = unsafe extern "C" fn(
     responses: *const *mut M0Response,
     count: usize,
 ) -> i32;
+/// 1.5, with `M0_CAP_ADMIT`: decide whether one request may wait for
+/// `handle` or `handle_batch`. Called on the event-loop thread once the
+/// request's whole body has arrived (read it with `body_read`), before
+/// it is queued, at any time relative to the plugin's other calls, whatever
+/// its call model: it must not block, and `thread_index` is
+/// `M0_THREAD_NONE`. `in_flight` is the sum of the costs this worker has
+/// admitted whose responses are not yet complete.
+///
+/// To admit the request, write its cost (in the plugin's own unit, such as
+/// inputs to embed; 0 is free) to `*cost` and return `M0_OK` without
+/// starting the response: the host adds it to `in_flight` and takes it off
+/// again exactly once, when the request's response is complete or cut
+/// off, or the host answers it itself (its queue full: 503), whatever the
+/// plugin's call returned. To refuse it, answer it through `response` as
+/// `handle` would (a 429 with `Retry-After`), without blocking: it is
+/// never queued, and its cost is not counted. A negative `M0_ERR_*` before
+/// the response began is answered with that code's status. The plugin
+/// keeps no count of its own, so none can leak.
+pub type M0AdmitFn = unsafe extern "C" fn(
+    state: *mut c_void,
+    request: *const M0Request,
+    response: *mut M0Response,
+    in_flight: u64,
+    cost: *mut u64,
+) -> i32;
 /// Called once when the worker drains, after the last request.
 pub type M0ShutdownFn = unsafe extern "C" fn(state: *mut c_void);
 
@@ -502,6 +543,17 @@ pub struct M0PluginCalls {
     >,
     /// Optional: see `M0ShutdownFn`.
     pub shutdown: Option<unsafe extern "C" fn(state: *mut c_void)>,
+    /// 1.5, optional, with `M0_CAP_ADMIT`: see `M0AdmitFn`. Read only when
+    /// `size` covers it (`PLUGIN_CALLS_ADMIT_END`).
+    pub admit: Option<
+        unsafe extern "C" fn(
+            state: *mut c_void,
+            request: *const M0Request,
+            response: *mut M0Response,
+            in_flight: u64,
+            cost: *mut u64,
+        ) -> i32,
+    >,
 }
 
 // SAFETY: a calls table holds only function pointers.
@@ -560,6 +612,11 @@ pub const MIN_HOST_SIZE: u32 = (core::mem::offset_of!(M0Host, counter_add)
 pub const PLUGIN_INFO_BATCH_BYTES_END: usize =
     core::mem::offset_of!(M0PluginInfo, max_batch_bytes) + size_of::<u32>();
 
+/// The end of `M0PluginCalls::admit` (1.5): the host calls it only when
+/// `covers(calls.size, PLUGIN_CALLS_ADMIT_END)`.
+pub const PLUGIN_CALLS_ADMIT_END: usize =
+    core::mem::offset_of!(M0PluginCalls, admit) + size_of::<Option<M0AdmitFn>>();
+
 /// The end of `M0Host::fact` (1.2): a plugin calls `fact` only when
 /// `covers(host.size, HOST_FACT_END)`.
 pub const HOST_FACT_END: usize = core::mem::offset_of!(M0Host, fact)
@@ -607,3 +664,5 @@ const _: () = assert!(HOST_READY_END > HOST_REASON_END);
 const _: fn(&M0Host) -> &unsafe extern "C" fn(*mut M0Response, *const u8, usize) -> i32 =
     |host| &host.response_reason;
 const _: () = assert!(PLUGIN_INFO_BATCH_BYTES_END > MIN_PLUGIN_INFO_SIZE as usize);
+const _: () = assert!(PLUGIN_CALLS_ADMIT_END > MIN_PLUGIN_CALLS_SIZE as usize);
+const _: fn(&M0PluginCalls) -> &Option<M0AdmitFn> = |calls| &calls.admit;

@@ -187,6 +187,7 @@ static const M0PluginCalls calls = {
     .thread_stop = NULL,
     .handle_batch = NULL,
     .shutdown = NULL,
+    .admit = NULL,
 };
 
 M0_EXPORT const M0PluginInfo *m0_plugin_describe(void) { return &info; }

@@ -142,13 +142,25 @@ impl Description {
         self
     }
 
+    /// The host asks [`Plugin::admit`](crate::Plugin::admit) about every
+    /// request before it queues it (`M0_CAP_ADMIT`). Needs a host of ABI
+    /// 1.5 or later.
+    pub const fn admits(mut self) -> Description {
+        self.caps |= abi::M0_CAP_ADMIT;
+        self
+    }
+
     /// The least ABI minor whose features this description uses: a host
     /// refuses a plugin that declares a newer minor than its own, so an SDK
     /// plugin declares only what it needs and loads on every host that has
     /// it. Host functions added later (`fact`, 1.2) are looked up by the
     /// table's size instead, and do nothing on an older host.
     pub const fn abi_minor(&self) -> u32 {
-        if self.max_batch_bytes != 0 {
+        if self.caps & abi::M0_CAP_ADMIT != 0 {
+            // M0_CAP_ADMIT and M0PluginCalls.admit came in 1.5: an older
+            // host would never ask, and queue every request.
+            5
+        } else if self.max_batch_bytes != 0 {
             // M0PluginInfo.max_batch_bytes came in 1.3: an older host would
             // ignore the limit.
             3
@@ -215,6 +227,14 @@ mod tests {
         assert_eq!(
             (sized.to_info().abi_minor, sized.to_info().max_batch_bytes),
             (3, 4096)
+        );
+        let admits = Description::new(c"p", c"1")
+            .batch(8)
+            .batch_bytes(4096)
+            .admits();
+        assert_eq!(
+            (admits.to_info().abi_minor, admits.to_info().caps),
+            (5, abi::M0_CAP_BATCH | abi::M0_CAP_ADMIT)
         );
         let held = Description::new(c"p", c"1")
             .call_model(CallModel::Pinned)

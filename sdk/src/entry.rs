@@ -12,7 +12,7 @@ use m0serve_abi::{
     M0Request, M0Response,
 };
 
-use crate::{Batch, Host, InitArgs, InitError, Plugin, Request, Response};
+use crate::{Admit, Batch, Host, InitArgs, InitError, Plugin, Request, Response};
 
 /// The descriptor, made once from [`Plugin::describe`] on the first call
 /// of `m0_plugin_describe`, and static after.
@@ -59,6 +59,8 @@ pub const fn calls<P: Plugin>() -> M0PluginCalls {
         // Called only when the descriptor declares M0_CAP_BATCH.
         handle_batch: Some(handle_batch::<P>),
         shutdown: Some(shutdown::<P>),
+        // Called only when the descriptor declares M0_CAP_ADMIT.
+        admit: Some(admit::<P>),
     }
 }
 
@@ -219,6 +221,44 @@ unsafe extern "C" fn handle_batch<P: Plugin>(
                 "handle_batch",
                 &*payload,
                 "the host answers what the batch left unanswered",
+            );
+            abi::M0_ERR_INTERNAL
+        }
+    }
+}
+
+unsafe extern "C" fn admit<P: Plugin>(
+    state: *mut c_void,
+    request: *const M0Request,
+    response: *mut M0Response,
+    in_flight: u64,
+    cost: *mut u64,
+) -> i32 {
+    // SAFETY: the state pointer from init (ABI contract).
+    let (Some(plugin), Some(host)) = (unsafe { plugin::<P>(state) }, crate::host()) else {
+        return abi::M0_ERR_INTERNAL;
+    };
+    if request.is_null() || response.is_null() || cost.is_null() {
+        return abi::M0_ERR_INTERNAL;
+    }
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the host's request and response for this call.
+        let (req, resp) = unsafe { (Request::new(&*request, host), Response::new(response, host)) };
+        plugin.admit(&req, resp, in_flight)
+    }));
+    match outcome {
+        Ok(Admit::Cost(n)) => {
+            // SAFETY: non-null, and the host's to write for this call.
+            unsafe { *cost = n };
+            abi::M0_OK
+        }
+        Ok(Admit::Answered(Ok(_sent))) => abi::M0_OK,
+        Ok(Admit::Answered(Err(e))) => e.code(),
+        Err(payload) => {
+            log_panic::<P>(
+                &request_line("admit", request),
+                &*payload,
+                "the host answers 500, or cuts the response off if it had begun",
             );
             abi::M0_ERR_INTERNAL
         }

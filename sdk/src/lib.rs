@@ -111,6 +111,21 @@ pub trait Plugin: Sized + Send + Sync + 'static {
         first
     }
 
+    /// With [`Description::admits`]: whether `req` may wait for
+    /// [`handle`](Plugin::handle) or [`handle_batch`](Plugin::handle_batch).
+    /// Called on the host's event-loop thread once the whole body is in
+    /// (`req.body()` reads it; the handler reads it again from the start),
+    /// beside the plugin's other calls: it must not block. `in_flight` is
+    /// the cost of the requests this worker admitted and has not finished.
+    /// [`Admit::Cost`] queues the request, holding that cost until its
+    /// response is done (the host keeps the sum, so nothing here must be
+    /// released); [`Admit::Answered`] refuses it with the answer sent
+    /// through `resp`. By default every request is admitted at no cost.
+    fn admit(&self, req: &Request<'_>, resp: Response<'_>, in_flight: u64) -> Admit {
+        let _ = (req, resp, in_flight);
+        Admit::Cost(0)
+    }
+
     /// On each handler thread before its first call; an error stops the
     /// worker. `index` is [`Request::thread_index`] of the thread's calls.
     fn thread_start(&self, index: u32) -> Result<(), Error> {
@@ -125,6 +140,16 @@ pub trait Plugin: Sized + Send + Sync + 'static {
 
     /// Once, when the worker drains, after its last call.
     fn shutdown(&self) {}
+}
+
+/// What [`Plugin::admit`] decides about a request.
+pub enum Admit {
+    /// Queue it; it costs this much (in the plugin's own unit, such as
+    /// inputs) until its response is done.
+    Cost(u64),
+    /// It was answered here (refused: a 429 with `Retry-After`); an `Err`
+    /// before the response began becomes its status.
+    Answered(Result<Sent, Error>),
 }
 
 /// Exports `m0_plugin_describe` and `m0_plugin_init` for a type that

@@ -53,6 +53,9 @@ pub struct Job {
     /// `buf`): the response says so.
     pub cors: Option<(crate::http::cors::Allow, Span)>,
     pub queued_at: Instant,
+    /// What the plugin's `admit` said the request costs (0 without one):
+    /// the loop holds it in its in-flight sum until the job comes back.
+    pub cost: u64,
 }
 
 impl Job {
@@ -177,6 +180,69 @@ pub fn serve(callee: &Callee, job: &Job, bufs: &mut CallBuffers, sink: Sink<'_>)
         )
     };
     exchange.conclude(code)
+}
+
+/// What the plugin's `admit` made of a request.
+pub enum Admission {
+    /// Queue it; it holds this cost until its response is done.
+    Admitted(u64),
+    /// The plugin refused it and answered it on the loop (or failed,
+    /// and the host answered with the code's status).
+    Answered(Outcome),
+}
+
+/// Ask the plugin's `admit` (1.5) about `job`, on the event loop's thread:
+/// `in_flight` is the cost admitted and not yet done. A response it writes
+/// goes out as an inline call's would (what the socket does not take lands
+/// in `spilled`). A plugin without `admit` admits everything for free.
+pub fn admit(
+    callee: &Callee,
+    job: &Job,
+    bufs: &mut CallBuffers,
+    spilled: &mut Vec<u8>,
+    in_flight: u64,
+) -> Admission {
+    let Some(admit) = callee.calls.admit else {
+        return Admission::Admitted(0);
+    };
+    fill_headers(&mut bufs.headers, job);
+    let mut exchange = exchange_for(job, &mut bufs.scratch, Sink::Spill(spilled));
+    let exchange_ptr: *mut Exchange<'_> = &mut exchange;
+    let request = request_for(
+        callee,
+        job,
+        &bufs.headers,
+        abi::M0_THREAD_NONE,
+        abi::M0_REQ_ON_LOOP,
+        exchange_ptr,
+    );
+    let mut cost = 0u64;
+    let calls = callee.calls;
+    // SAFETY: as in `serve`: every view borrows `job`, `bufs` or `callee`,
+    // alive until the call returns, the response handle is the exchange,
+    // and `cost` is a local the plugin may write. The plugin declared
+    // `M0_CAP_ADMIT`, so it takes this call beside its others, on this
+    // thread, without blocking.
+    let code = unsafe {
+        admit(
+            calls.state,
+            &request,
+            exchange_ptr.cast::<abi::M0Response>(),
+            in_flight,
+            &mut cost,
+        )
+    };
+    if code == abi::M0_OK && !exchange.started() {
+        return Admission::Admitted(cost);
+    }
+    // A started response is the answer whatever the code; an error code
+    // with none is answered with its status.
+    let code = if exchange.started() || code < 0 {
+        code
+    } else {
+        abi::M0_ERR_INTERNAL
+    };
+    Admission::Answered(exchange.conclude(code))
 }
 
 /// Call the plugin's `handle_batch` once for `jobs` on this handler thread

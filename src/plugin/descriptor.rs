@@ -39,6 +39,9 @@ pub struct Descriptor {
     pub reports_lock_wait: bool,
     /// Declares `M0_CAP_INLINE`: its handler never blocks.
     pub inline: bool,
+    /// Declares `M0_CAP_ADMIT` (1.5): each request is admitted or refused
+    /// by the plugin on the event loop before it is queued.
+    pub admit: bool,
 }
 
 impl Descriptor {
@@ -69,6 +72,9 @@ impl Descriptor {
             max_batch_bytes: info.max_batch_bytes,
             reports_lock_wait: info.caps & abi::M0_CAP_REPORTS_LOCK_WAIT != 0,
             inline: info.caps & abi::M0_CAP_INLINE != 0,
+            // 1.4 and older defined no such bit: a plugin built for them
+            // that sets it means nothing by it.
+            admit: info.caps & abi::M0_CAP_ADMIT != 0 && info.abi_minor >= 5,
         }
     }
 
@@ -135,7 +141,7 @@ impl Descriptor {
     pub fn to_lines(&self) -> String {
         format!(
             "name={}\nversion={}\nabi_major={}\nabi_minor={}\ncall_model={}\nmax_concurrency={}\nprocess_lock={}\n\
-             needs_exec={}\ncompute_threads={}\nbatch={}\nmax_batch={}\nmax_batch_bytes={}\nreports_lock_wait={}\ninline={}\n",
+             needs_exec={}\ncompute_threads={}\nbatch={}\nmax_batch={}\nmax_batch_bytes={}\nreports_lock_wait={}\ninline={}\nadmit={}\n",
             self.name.replace('\n', " "),
             self.version.replace('\n', " "),
             self.abi_major,
@@ -150,6 +156,7 @@ impl Descriptor {
             self.max_batch_bytes,
             u8::from(self.reports_lock_wait),
             u8::from(self.inline),
+            u8::from(self.admit),
         )
     }
 
@@ -185,6 +192,8 @@ impl Descriptor {
             max_batch_bytes: num("max_batch_bytes")?,
             reports_lock_wait: num("reports_lock_wait")? != 0,
             inline: num("inline")? != 0,
+            // A probe of an older m0serve wrote no such line.
+            admit: num("admit").is_some_and(|n| n != 0),
         })
     }
 }

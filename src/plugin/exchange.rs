@@ -291,6 +291,11 @@ impl<'a> Exchange<'a> {
         abi::M0_OK
     }
 
+    /// Whether the plugin has begun the response (or the host answered it).
+    pub fn started(&self) -> bool {
+        self.state != State::Idle
+    }
+
     /// The plugin's call returned `code`: complete or cut the response.
     pub fn conclude(&mut self, code: i32) -> Outcome {
         let inline = matches!(self.sink, Sink::Spill(_));

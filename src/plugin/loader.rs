@@ -138,6 +138,8 @@ pub struct Calls {
     pub thread_stop: Option<unsafe extern "C" fn(*mut c_void, u32)>,
     pub handle_batch: Option<abi::M0HandleBatchFn>,
     pub shutdown: Option<unsafe extern "C" fn(*mut c_void)>,
+    /// 1.5: absent from a table too short to hold it.
+    pub admit: Option<abi::M0AdmitFn>,
     pub state: *mut c_void,
 }
 
@@ -262,6 +264,10 @@ impl Plugin {
             thread_stop: table.thread_stop,
             handle_batch: table.handle_batch,
             shutdown: table.shutdown,
+            // `copy_declared` left it zero (None) where `size` ends before it.
+            admit: table
+                .admit
+                .filter(|_| abi::covers(size, abi::PLUGIN_CALLS_ADMIT_END)),
             state,
         })
     }

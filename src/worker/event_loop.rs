@@ -47,6 +47,7 @@ use crate::plugin::exchange::Outcome;
 use crate::signals::SignalPipe;
 
 mod accept_pause;
+mod admission;
 mod answer;
 mod auth;
 mod cors;
@@ -141,6 +142,9 @@ pub struct EventLoop {
     resume: Vec<usize>,
     next_sweep: Instant,
     inline: Option<InlineCalls>,
+    /// The plugin admits each request before it is queued
+    /// (`event_loop/admission.rs`).
+    admission: Option<admission::Admitting>,
     loop_calls: Option<LoopCalls>,
     events: Option<Events>,
     completions: Vec<Completion>,
@@ -230,6 +234,7 @@ impl EventLoop {
             resume: Vec::new(),
             next_sweep: Instant::now() + SWEEP_EVERY,
             inline: None,
+            admission: None,
             loop_calls: None,
             events: Some(Events::with_capacity(1024)),
             completions: Vec::with_capacity(64),
@@ -821,9 +826,14 @@ impl EventLoop {
             https: false,
             cors,
             queued_at: self.now,
+            cost: 0,
         };
         conn.deadline = None;
         let job = self.apply_proxy_headers(job);
+        let job = match self.admit_request(key, job) {
+            Ok(job) => job,
+            Err(ready) => return ready,
+        };
         if let Some(inline) = &mut self.inline {
             inline.spilled.clear();
             let outcome = self
@@ -847,6 +857,7 @@ impl EventLoop {
         match self.pool.try_submit(job) {
             Ok(()) => self.in_flight += 1,
             Err(job) => {
+                self.release_cost(job.cost);
                 let http_minor = job.head.http_minor;
                 self.recycle(job.buf, job.head);
                 self.reply_and_linger(
@@ -864,6 +875,7 @@ impl EventLoop {
     pub(super) fn on_completion(&mut self, done: Completion) {
         self.in_flight -= 1;
         let Completion { job, outcome } = done;
+        self.release_cost(job.cost);
         let key = job.token;
         self.log_access(&job, &outcome);
         self.recycle(job.buf, job.head);

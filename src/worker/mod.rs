@@ -208,6 +208,7 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
     for h in held {
         event_loop.admit_held(h.stream, h.peer, h.bytes);
     }
+    let admission = event_loop.enable_admission(plugin.descriptor.admit);
     let loop_calls = loop_plan.on;
     if inline {
         event_loop.enable_inline().map_err(|code| {
@@ -221,7 +222,7 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
     }
     let on_off = |on: bool| if on { "on" } else { "off" };
     crate::log::info(format_args!(
-        "pid={} serving {} {} with {} handler thread(s) ({}); inline calls {} ({}); loop calls {} ({}); batching {}",
+        "pid={} serving {} {} with {} handler thread(s) ({}); inline calls {} ({}); loop calls {} ({}); batching {}; admission {}",
         std::process::id(),
         plugin.descriptor.name,
         plugin.descriptor.version,
@@ -232,6 +233,11 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
         on_off(loop_calls),
         loop_plan.why,
         batch_plan.summary(),
+        if admission {
+            "on (the plugin admits each request before it is queued)"
+        } else {
+            "off"
+        },
     ));
     if let Some(fd) = setup.ready_fd {
         announce_ready(fd, setup.index);
@@ -248,6 +254,9 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
         crate::log::debug(format_args!(
             "accept sharing: accepted {acc}, passed {passed} to siblings, received {received}"
         ));
+    }
+    if let Some(line) = event_loop.admission_summary() {
+        crate::log::info(format_args!("{line}"));
     }
     let call_path = event_loop.call_path();
     let pool_summary = event_loop.pool_summary();

@@ -228,6 +228,24 @@ impl Pool {
         outcome
     }
 
+    /// Whether the plugin admits requests itself (`M0_CAP_ADMIT` and an
+    /// `admit` in its calls table).
+    pub fn has_admit(&self) -> bool {
+        self.shared.callee.calls.admit.is_some()
+    }
+
+    /// Ask the plugin's `admit` about `job` on the event loop (see
+    /// `call::admit`).
+    pub fn admit(
+        &self,
+        job: &Job,
+        bufs: &mut CallBuffers,
+        spilled: &mut Vec<u8>,
+        in_flight: u64,
+    ) -> call::Admission {
+        call::admit(&self.shared.callee, job, bufs, spilled, in_flight)
+    }
+
     /// For the threads that lead the loop and call the plugin themselves.
     pub fn loop_side(&self) -> LoopSide {
         LoopSide {
@@ -759,6 +777,7 @@ mod tests {
             thread_stop: Some(slow_stop),
             handle_batch: None,
             shutdown: None,
+            admit: None,
             state: std::ptr::null_mut(),
         };
         let mut pool = test_pool(4, calls);
@@ -808,6 +827,7 @@ mod tests {
             thread_stop: Some(track_stop),
             handle_batch: None,
             shutdown: None,
+            admit: None,
             state: std::ptr::null_mut(),
         };
         let mut pool = test_pool(2, calls);

@@ -208,6 +208,7 @@ mod tests {
             max_batch_bytes: 0,
             reports_lock_wait: false,
             inline: false,
+            admit: false,
         }
     }
 

@@ -1,7 +1,8 @@
 //! The plugin: a forward pass behind TEI's and OpenAI's routes, on the SDK.
 
 use m0serve_plugin::{
-    Batch, Description, Error, Header, Host, InitArgs, InitError, Plugin, Request, Response, Sent,
+    Admit, Batch, Description, Error, Header, Host, InitArgs, InitError, Plugin, Request, Response,
+    Sent,
 };
 
 use std::collections::BTreeMap;
@@ -38,6 +39,8 @@ pub struct Embed<B: Backend = Model> {
     info: Vec<u8>,
     /// `GET /openapi.json`'s body, made once, with this server's limits.
     openapi: Vec<u8>,
+    /// Most inputs in flight in this worker (`M0_EMBED_MAX_CONCURRENT_INPUTS`).
+    max_concurrent_inputs: usize,
 }
 
 impl<B: Backend> Plugin for Embed<B> {
@@ -48,17 +51,22 @@ impl<B: Backend> Plugin for Embed<B> {
         // less than a pass each: the dense layers run as larger matrix
         // products.
         let (requests, bytes) = Settings::batch_for_descriptor();
+        // Admission: each request's inputs are counted on the host's loop
+        // before it is queued, and one over the limit is answered at once.
         B::describe(
             Self::DESCRIPTION
                 .compute_threads(Settings::threads_for_descriptor())
                 .batch(requests)
-                .batch_bytes(bytes),
+                .batch_bytes(bytes)
+                .admits(),
         )
     }
 
     fn init(host: &'static Host, args: &InitArgs) -> Result<Self, InitError> {
         let plugin = B::DESCRIPTION.name();
         let settings = Settings::from_env().map_err(InitError::refused)?;
+        let threads = args.max_handler_threads.max(args.handler_threads).max(1) as usize;
+        let max_concurrent_inputs = settings.max_concurrent_inputs(threads);
         let (dir, name) =
             settings::model_dir(&B::model_arg(args), args.venv.as_deref(), B::MODEL_DIR_HINT)
                 .map_err(InitError::refused)?;
@@ -158,6 +166,10 @@ impl<B: Backend> Plugin for Embed<B> {
                 "embed.default_prompt",
                 settings.default_prompt.clone().unwrap_or_default(),
             ),
+            (
+                "embed.max_concurrent_inputs",
+                max_concurrent_inputs.to_string(),
+            ),
         ];
         for (key, value) in facts {
             // Held outside this process (another runtime's): not known.
@@ -214,7 +226,6 @@ impl<B: Backend> Plugin for Embed<B> {
         // tokens, in order; one input of max_len always fits.
         let max_batch_tokens = (settings.max_batch_bytes as usize / 4).max(m.max_len);
         let mut info = Vec::new();
-        let threads = args.max_handler_threads.max(args.handler_threads).max(1) as usize;
         api::write_info(
             &InfoFields {
                 model_id: &m.name,
@@ -228,6 +239,7 @@ impl<B: Backend> Plugin for Embed<B> {
                 max_batch_requests: Some(settings.max_batch_requests as usize),
                 max_client_batch_size: limits.max_client_batch_size,
                 max_openai_inputs: limits.max_openai_inputs,
+                max_concurrent_inputs,
                 auto_truncate: limits.auto_truncate,
                 tokenization_workers: threads,
                 version: VERSION,
@@ -251,6 +263,7 @@ impl<B: Backend> Plugin for Embed<B> {
             pass_tokens: max_batch_tokens,
             info,
             openapi,
+            max_concurrent_inputs,
         })
     }
 
@@ -260,6 +273,25 @@ impl<B: Backend> Plugin for Embed<B> {
 
     fn thread_stop(&self, index: u32) {
         self.backend.thread_stop(index)
+    }
+
+    fn admit(&self, req: &Request<'_>, resp: Response<'_>, in_flight: u64) -> Admit {
+        let flavor = match api::route(req.method(), req.target()) {
+            // `/embed_all` runs the same forward pass over the same `inputs`.
+            Route::Embed | Route::EmbedAll => Flavor::Tei,
+            Route::OpenAiEmbeddings => Flavor::OpenAi,
+            // Tokenizing and decoding cost no forward pass.
+            _ => return Admit::Cost(0),
+        };
+        // Over the payload limit: the handler refuses it unread.
+        let Ok(body) = req.read_body(self.limits.payload_limit) else {
+            return Admit::Cost(0);
+        };
+        let inputs = api::count_inputs(&body, flavor, &self.limits);
+        match api::admit(flavor, inputs, in_flight, self.max_concurrent_inputs) {
+            Ok(cost) => Admit::Cost(cost),
+            Err(e) => Admit::Answered(fail(resp, &e)),
+        }
     }
 
     fn handle(&self, req: &Request<'_>, resp: Response<'_>) -> Result<Sent, Error> {
@@ -324,12 +356,18 @@ fn passes<T>(
     })
 }
 
-/// Answers with the error's status and JSON body.
+/// Answers with the error's status and JSON body (a 405 with `Allow`, a
+/// 429 with `Retry-After`).
 fn fail(resp: Response<'_>, e: &ApiError) -> Result<Sent, Error> {
     let body = e.body();
-    match e.allow {
-        Some(allow) => resp.send(e.status(), &[JSON, Header::new("Allow", allow)], &body),
-        None => resp.send(e.status(), &[JSON], &body),
+    match (e.allow, e.status()) {
+        (Some(allow), _) => resp.send(e.status(), &[JSON, Header::new("Allow", allow)], &body),
+        (None, 429) => resp.send(
+            e.status(),
+            &[JSON, Header::new("Retry-After", api::RETRY_AFTER)],
+            &body,
+        ),
+        (None, _) => resp.send(e.status(), &[JSON], &body),
     }
 }
 

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 
 use crate::api::{
     ENV_ACCEPT_TOKEN_IDS, ENV_AUTO_TRUNCATE, ENV_DEFAULT_PROMPT, ENV_DEFAULT_PROMPT_NAME,
-    ENV_MAX_CLIENT_BATCH_SIZE, ENV_MAX_OPENAI_INPUTS, ENV_PAYLOAD_LIMIT, ENV_SERVED_MODEL_NAME,
-    Limits,
+    ENV_MAX_CLIENT_BATCH_SIZE, ENV_MAX_CONCURRENT_INPUTS, ENV_MAX_OPENAI_INPUTS, ENV_PAYLOAD_LIMIT,
+    ENV_SERVED_MODEL_NAME, Limits,
 };
 
 /// Compute threads one embed call uses (default 1: a handler thread per
@@ -62,6 +62,9 @@ pub struct Settings {
     pub default_prompt: Option<String>,
     /// [`ENV_CACHE_DIR`], when set.
     pub cache_dir: Option<PathBuf>,
+    /// `M0_EMBED_MAX_CONCURRENT_INPUTS`, when set: see
+    /// [`Settings::max_concurrent_inputs`] for the default.
+    pub max_concurrent_inputs: Option<usize>,
 }
 
 fn var<T>(
@@ -193,6 +196,28 @@ impl Settings {
                 |v| Some(Some(PathBuf::from(v))).filter(|_| Path::new(v).is_absolute()),
                 "an absolute path to a folder the server's user can write",
             )?,
+            max_concurrent_inputs: var(
+                ENV_MAX_CONCURRENT_INPUTS,
+                None,
+                |v| count(v).map(Some),
+                "a positive number of inputs",
+            )?,
+        })
+    }
+
+    /// Inputs one worker holds in flight before it refuses a request with
+    /// 429: the variable, or by default one full batch for each of the
+    /// worker's `handler_threads` (a batch call takes up to
+    /// `max_batch_requests` requests of up to `max_client_batch_size`
+    /// inputs each) and one more: each thread computes a batch while the
+    /// next one queues behind them, so an admitted request waits for about
+    /// one batch; more in flight would only wait longer, unanswered. With
+    /// the defaults, 32 x 32 = 1024 inputs a batch, 3072 for 2 threads.
+    pub fn max_concurrent_inputs(&self, handler_threads: usize) -> usize {
+        self.max_concurrent_inputs.unwrap_or_else(|| {
+            (handler_threads.max(1) + 1)
+                .saturating_mul(self.max_batch_requests as usize)
+                .saturating_mul(self.max_client_batch_size)
         })
     }
 

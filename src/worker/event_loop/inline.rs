@@ -63,19 +63,41 @@ impl EventLoop {
     /// An inline call answered. True when the connection is ready for its
     /// next request now; otherwise it flushes first, or closes.
     pub(super) fn answered_inline(&mut self, key: usize, job: Job, outcome: Outcome) -> bool {
-        self.log_access(&job, &outcome);
-        self.recycle(job.buf, job.head);
-        let Some(conn) = self.conns.get_mut(key) else {
-            return false;
-        };
+        self.release_cost(job.cost);
         let Some(inline) = &mut self.inline else {
             return false;
         };
-        if inline.spilled.is_empty() {
+        let mut spilled = std::mem::take(&mut inline.spilled);
+        let ready = self.answered_on_loop(key, job, outcome, &mut spilled);
+        if let Some(inline) = &mut self.inline {
+            inline.spilled = spilled;
+        }
+        ready
+    }
+
+    /// A request answered on this thread (an inline call, or a refusal by
+    /// the plugin's `admit`), with the bytes the socket did not take in
+    /// `spilled` (left empty, for reuse). True when the connection is
+    /// ready for its next request now.
+    pub(super) fn answered_on_loop(
+        &mut self,
+        key: usize,
+        job: Job,
+        outcome: Outcome,
+        spilled: &mut Vec<u8>,
+    ) -> bool {
+        self.log_access(&job, &outcome);
+        self.recycle(job.buf, job.head);
+        let Some(conn) = self.conns.get_mut(key) else {
+            spilled.clear();
+            return false;
+        };
+        if spilled.is_empty() {
             return self.after_response(key, outcome.keep_alive);
         }
         // The socket is full: keep the rest and go on when it drains.
-        std::mem::swap(&mut conn.out, &mut inline.spilled);
+        std::mem::swap(&mut conn.out, spilled);
+        spilled.clear();
         conn.out_pos = 0;
         let deadline = self.timeouts.idle.map(|t| self.now + t);
         self.flush_when_writable(key, outcome.keep_alive, deadline);

@@ -8,8 +8,10 @@
 //! `docker_label`; newer TEI adds `served_model_name`, written here too.
 //! Some fields are this server's own, after TEI's: `max_openai_inputs`, the
 //! per-request input limit of `/v1/embeddings`; `payload_limit`, the
-//! largest body; `prompts`, the names `prompt_name` takes; and
-//! `default_prompt_name` (TEI's clients ignore fields they do not know).
+//! largest body; `prompts`, the names `prompt_name` takes;
+//! `default_prompt_name`; and `max_concurrent_inputs`, the inputs one
+//! worker holds in flight before it answers 429 (TEI's clients ignore
+//! fields they do not know).
 
 use super::json::{write_str, write_usize};
 
@@ -42,6 +44,9 @@ pub struct InfoFields<'a> {
     pub max_client_batch_size: usize,
     /// Most inputs in one `/v1/embeddings` request.
     pub max_openai_inputs: usize,
+    /// Most inputs in flight in one worker before a request is refused
+    /// with 429.
+    pub max_concurrent_inputs: usize,
     /// Whether over-long inputs are cut when a request does not say.
     pub auto_truncate: bool,
     /// Threads that tokenize.
@@ -115,6 +120,8 @@ pub fn write_info(info: &InfoFields<'_>, out: &mut Vec<u8>) {
     }
     out.extend_from_slice(b"],\"default_prompt_name\":");
     opt_str(info.default_prompt_name, out);
+    out.extend_from_slice(b",\"max_concurrent_inputs\":");
+    write_usize(info.max_concurrent_inputs, out);
     out.push(b'}');
 }
 
@@ -143,6 +150,7 @@ mod tests {
             max_batch_requests: None,
             max_client_batch_size: 32,
             max_openai_inputs: 2048,
+            max_concurrent_inputs: 3072,
             auto_truncate: false,
             tokenization_workers: 2,
             version: env!("CARGO_PKG_VERSION"),
@@ -182,13 +190,15 @@ mod tests {
             "payload_limit",
             "prompts",
             "default_prompt_name",
+            "max_concurrent_inputs",
         ] {
             assert!(keys.contains(&k), "missing {k}");
         }
-        assert_eq!(obj.len(), 19);
+        assert_eq!(obj.len(), 20);
         assert_eq!(v["payload_limit"], 2_000_000);
         assert_eq!(v["prompts"], serde_json::json!([]));
         assert_eq!(v["max_openai_inputs"], 2048);
+        assert_eq!(v["max_concurrent_inputs"], 3072);
         assert_eq!(v["model_type"]["embedding"]["pooling"], "mean");
         assert_eq!(v["model_sha"], Value::Null);
         assert_eq!(v["max_batch_requests"], Value::Null);

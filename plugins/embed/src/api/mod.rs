@@ -10,11 +10,14 @@
 //! applies `dimensions`; [`write_tei`] or [`write_openai`] writes the reply.
 //! Any failure is an [`ApiError`], whose [`ApiError::status`],
 //! [`ApiError::content_type`] and [`ApiError::body`] are the reply.
+//! [`count_inputs`] and [`admit`] decide, before a request is queued,
+//! whether its inputs fit under the worker's limit (`admission.rs`).
 //! [`openapi_document`] describes all of it as OpenAPI 3.1
 //! (`openapi.json` beside this file, with the server's limits filled in).
 //! [`parse_tokenize`], [`parse_decode`] and [`parse_embed_all`] serve TEI's
 //! token routes; [`Timing`] writes TEI's `x-*-time` headers.
 
+mod admission;
 mod error;
 mod info;
 mod json;
@@ -25,6 +28,7 @@ mod route;
 mod timing;
 mod tokens;
 
+pub use admission::{ENV_MAX_CONCURRENT_INPUTS, RETRY_AFTER, admit, count_inputs};
 pub use error::{
     ApiError, ENV_ACCEPT_TOKEN_IDS, ENV_AUTO_TRUNCATE, ENV_DEFAULT_PROMPT, ENV_DEFAULT_PROMPT_NAME,
     ENV_MAX_CLIENT_BATCH_SIZE, ENV_MAX_OPENAI_INPUTS, ENV_PAYLOAD_LIMIT, ENV_SERVED_MODEL_NAME,

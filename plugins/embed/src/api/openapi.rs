@@ -253,6 +253,7 @@ mod tests {
                 ApiError::tokenizer(f, "x"),
                 ApiError::backend(f, "x"),
                 ApiError::internal(f, "x"),
+                ApiError::overloaded(f, "x"),
             ];
             // TEI's fields alone: a prompt, text pairs.
             if f == Flavor::Tei {
