@@ -16,7 +16,7 @@ mod venv;
 use std::sync::Barrier;
 use std::time::Duration;
 
-use embed::{cosine, post, reference, vectors};
+use embed::{cosine, embed_doctor, post, reference, vectors};
 use serde_json::{Value, json};
 use support::{Client, Server, command, plugin};
 
@@ -195,19 +195,9 @@ fn a_flood_of_batches_gets_200_or_429_at_once_and_the_count_returns_to_zero() {
 
 #[test]
 fn the_doctor_reports_the_limit_and_that_the_plugin_admits() {
-    let p = plugin("embed");
     let dir = venv::minilm_dir(&venv::embed_venv());
-    let out = command(&[
-        "--doctor",
-        "--plugin",
-        p.to_str().unwrap(),
-        dir.to_str().unwrap(),
-    ])
-    .env("M0_EMBED_MAX_CONCURRENT_INPUTS", "77")
-    .output()
-    .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let (_, v) = embed_doctor(&dir, &[("M0_EMBED_MAX_CONCURRENT_INPUTS", "77")]);
+    let text = v.to_string();
     assert_eq!(v["plugin"]["declares_admit"], true, "{text}");
     assert_eq!(
         v["plugin"]["facts"]["embed.max_concurrent_inputs"], "77",

@@ -18,7 +18,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use embed::{
-    Reference, batch_counts, burst, check_replies, cosine, fire, post, reference,
+    Reference, batch_counts, burst, check_replies, cosine, embed_doctor, fire, post, reference,
     stop_and_read_batching, vectors,
 };
 use serde_json::{Value, json};
@@ -828,18 +828,7 @@ fn openai_route_takes_2048_inputs_and_tei_routes_keep_32() {
     }
     let info: Value = serde_json::from_slice(&c.get("/info").body).unwrap();
     assert_eq!(info["max_openai_inputs"], 40, "{info}");
-    let p = plugin("embed");
-    let dir = minilm();
-    let mut cmd = command(&[
-        "--doctor",
-        "--plugin",
-        p.to_str().unwrap(),
-        dir.to_str().unwrap(),
-    ]);
-    cmd.env("M0_EMBED_MAX_OPENAI_INPUTS", "40");
-    let out = cmd.output().unwrap();
-    let d: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let (_, d) = embed_doctor(&minilm(), &[("M0_EMBED_MAX_OPENAI_INPUTS", "40")]);
     let facts = &d["plugin"]["facts"];
     assert_eq!(facts["embed.max_openai_inputs"], "40", "{d}");
     assert_eq!(facts["embed.max_client_batch_size"], "32", "{d}");

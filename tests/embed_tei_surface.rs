@@ -14,7 +14,7 @@ mod venv;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use embed::{post, reference, vectors};
+use embed::{embed_doctor, post, reference, vectors};
 use serde_json::{Value, json};
 use support::{Client, Server, command, plugin};
 
@@ -253,18 +253,13 @@ fn prompts_come_from_the_model_folder_and_the_default_prompt_settings() {
         assert!(max_diff(&passage, &prompted) > 1e-3, "{env:?}");
     }
     // The doctor states the prompts and the settings.
-    let p = plugin("embed");
-    let mut cmd = command(&[
-        "--doctor",
-        "--plugin",
-        p.to_str().unwrap(),
-        dir.to_str().unwrap(),
-    ]);
-    cmd.env("M0_EMBED_DEFAULT_PROMPT_NAME", "query");
-    cmd.env("M0_EMBED_SERVED_MODEL_NAME", "mini");
-    let out = cmd.output().unwrap();
-    let d: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let (_, d) = embed_doctor(
+        &dir,
+        &[
+            ("M0_EMBED_DEFAULT_PROMPT_NAME", "query"),
+            ("M0_EMBED_SERVED_MODEL_NAME", "mini"),
+        ],
+    );
     let facts = &d["plugin"]["facts"];
     assert_eq!(facts["embed.prompts"], "passage,query", "{d}");
     assert_eq!(facts["embed.default_prompt_name"], "query", "{d}");

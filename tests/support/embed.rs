@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::support::{Client, Server};
+use super::support::{Client, Server, command, plugin};
 
 pub struct Reference {
     pub sentences: Vec<String>,
@@ -220,4 +220,26 @@ pub fn check_replies(
             );
         }
     }
+}
+
+/// `m0serve --doctor --plugin embed MODEL_DIR` with `env` set: its exit
+/// code and its JSON report.
+pub fn embed_doctor(model_dir: &std::path::Path, env: &[(&str, &str)]) -> (Option<i32>, Value) {
+    let p = plugin("embed");
+    let mut cmd = command(&[
+        "--doctor",
+        "--plugin",
+        p.to_str().unwrap(),
+        model_dir.to_str().unwrap(),
+    ]);
+    cmd.envs(env.iter().copied());
+    let out = cmd.output().unwrap();
+    let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code(), report)
 }

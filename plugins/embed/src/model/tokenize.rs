@@ -183,10 +183,12 @@ impl Tokenizer {
                 "set max_seq_length to the model's (256 for all-MiniLM-L6-v2)",
             ));
         }
-        let mut truncating = whole.clone();
-        truncating
-            .with_truncation(Some(TruncationParams {
+        // The same tokenizer cutting at max_len, from the end or the start.
+        let cutting = |direction: HfDirection| {
+            let mut t = whole.clone();
+            t.with_truncation(Some(TruncationParams {
                 max_length: max_len,
+                direction,
                 ..TruncationParams::default()
             }))
             .map_err(|e| {
@@ -196,20 +198,10 @@ impl Tokenizer {
                     "restore tokenizer.json from the model's original folder",
                 )
             })?;
-        let mut truncating_left = whole.clone();
-        truncating_left
-            .with_truncation(Some(TruncationParams {
-                max_length: max_len,
-                direction: HfDirection::Left,
-                ..TruncationParams::default()
-            }))
-            .map_err(|e| {
-                ModelError::new(
-                    &file,
-                    format!("refuses truncation at {max_len}: {e}"),
-                    "restore tokenizer.json from the model's original folder",
-                )
-            })?;
+            Ok::<_, ModelError>(t)
+        };
+        let truncating = cutting(HfDirection::Right)?;
+        let truncating_left = cutting(HfDirection::Left)?;
         // What the post-processor adds: the special ids before the first
         // and after the last ordinary one of a one-word text.
         let (prefix, suffix) = whole
