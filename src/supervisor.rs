@@ -27,9 +27,10 @@ use crate::process::{
     SPAWN_PAGE_FD, SPAWN_READY_FD, SPAWN_RECV_FD, SPAWN_SENDS_FD,
 };
 use crate::sd_notify::{self, Notifier};
-use crate::shared_page::SharedPage;
+use crate::shared_page::{LEAVING, SharedPage};
 use crate::signals::{STOP_SIGNALS, SignalPipe};
 use crate::worker::{self, WorkerSetup};
+use std::sync::atomic::Ordering;
 
 /// A death within this long of the start counts as a rapid crash.
 const RAPID: Duration = Duration::from_secs(1);
@@ -672,6 +673,15 @@ impl Supervisor<'_> {
                 _ => Death::Signal,
             };
             page.worker_ended(index, death);
+        }
+        if let Some((page, _)) = &self.share {
+            // Until its replacement has loaded (it claims the line then),
+            // siblings must not hand this slot connections: they would
+            // wait in its channel through the replacement's whole init.
+            let line = page.line(index);
+            if line.pid.load(Ordering::SeqCst) == pid.as_raw() as u64 {
+                line.state.store(LEAVING, Ordering::SeqCst);
+            }
         }
         let lived = self.slots[index].started.elapsed();
         self.slots[index].pid = None;

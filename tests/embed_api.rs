@@ -632,28 +632,14 @@ fn compute_threads_come_from_m0_embed_threads_and_size_the_pool() {
 
 #[test]
 fn batch_limits_come_from_their_variables_and_are_declared() {
-    let p = plugin("embed");
     let dir = minilm();
-    let doctor = |env: &[(&str, &str)]| -> Value {
-        let mut cmd = command(&[
-            "--doctor",
-            "--plugin",
-            p.to_str().unwrap(),
-            dir.to_str().unwrap(),
-        ]);
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let out = cmd.output().unwrap();
-        serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
-    };
+    let doctor = |env: &[(&str, &str)]| embed_doctor(&dir, env).1;
     let plain = doctor(&[]);
     let d = &plain["plugin"];
     assert_eq!(d["declares_batch"], true, "{plain}");
     assert_eq!(d["max_batch"], 32, "{plain}");
-    // The byte limit is ABI 1.3's.
-    assert_eq!(d["abi"], "1.3", "{plain}");
+    // The byte limit is ABI 1.3's, the admission hook (E23) 1.5's.
+    assert_eq!(d["abi"], "1.5", "{plain}");
     assert_eq!(d["facts"]["embed.max_batch_requests"], "32", "{plain}");
     assert_eq!(d["facts"]["embed.max_batch_bytes"], "65536", "{plain}");
     let set = doctor(&[
