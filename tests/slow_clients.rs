@@ -73,7 +73,9 @@ fn a_client_that_never_reads_is_closed_at_the_idle_timeout() {
     let request = b"GET /stream HTTP/1.1\r\nHost: t\r\n\r\n";
     // Until our side's buffers are full too (or the server closes).
     let mut sent = 0usize;
-    for _ in 0..200_000 {
+    // Bounded far above what the socket buffers hold (about 10 MB here),
+    // so the writes block and the idle timeout ends them.
+    for _ in 0..2_000_000 {
         if hog.write_all(request).is_err() {
             break;
         }
@@ -194,14 +196,15 @@ fn a_body_below_the_minimum_rate_is_cut_and_one_above_it_is_served() {
     let (fast_out, fast_sent) = fast.join().unwrap();
     assert_eq!(status_of(&fast_out), 200, "{}", s.log());
     assert!(fast_out.ends_with(&body));
-    assert_eq!(fast_sent, body.len());
+    // The writer counts a piece after it went: the last may not be counted yet.
+    assert!(fast_sent + 10 >= body.len(), "{fast_sent}");
 
     let off = hello_c(&["--body-timeout", "1", "--body-min-rate", "0"]);
     let short = &body[..30];
     let (out, sent) = trickle_body(off.addr, short, 1, Duration::from_millis(100));
     assert_eq!(status_of(&out), 200, "{}", off.log());
     assert!(out.ends_with(short));
-    assert_eq!(sent, short.len());
+    assert!(sent + 1 >= short.len(), "{sent}");
 }
 
 /// Two clients, each with a pipe full of pipelined requests (megabytes in
