@@ -167,13 +167,26 @@ fn init_in_probe(plugin: &Plugin) -> Result<Calls, PluginError> {
         fix: None,
     })?;
     let cfg = Config::from_cli(cli);
+    // As the first worker: pinned first when --cpu-affinity asks, so that a
+    // runtime sizing itself from the mask reports what worker 0 will run.
+    let mask = crate::topology::affinity_list();
+    let mut sharing = cfg.cli.workers as usize;
+    if cfg.cli.cpu_affinity > 0 {
+        let _ = crate::topology::pin(&crate::topology::worker_cpus(
+            &mask,
+            0,
+            cfg.cli.cpu_affinity,
+        ));
+        sharing =
+            crate::topology::workers_per_cpu(mask.len(), cfg.cli.workers, cfg.cli.cpu_affinity);
+    }
     let usable = crate::topology::usable_cpus();
     let batching = worker::batching::decide(&plugin.descriptor, cfg.cli.no_batch);
     let plan = worker::sizing::plan(
         &plugin.descriptor,
         cfg.cli.blocking_threads,
         usable,
-        cfg.cli.workers as usize,
+        sharing,
         batching.limits.is_some(),
     );
     let host = cfg.cli.host.clone();

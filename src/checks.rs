@@ -139,6 +139,9 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
             crate::listener::fmt_addr(SocketAddr::new(ip, cli.port))
         ),
     ));
+    if cli.cpu_affinity > 0 && !f.push(cpu_affinity_check(cli.cpu_affinity, cli.workers)) {
+        return f;
+    }
 
     if !cli.app_dir.is_dir() {
         f.push(Check::fail(
@@ -323,11 +326,22 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
     let mut batch_plan = batching::decide(&descriptor, cli.no_batch);
     // Known only after an init; without one, as declared.
     batch_plan.require_entry_point(handle_batch.unwrap_or(true));
+    // Pinned workers plan for their own CPUs and the workers beside them.
+    let (worker_cpus, sharing) = match cli.cpu_affinity {
+        0 => (f.usable_cpus, cli.workers as usize),
+        n => {
+            let mask = crate::topology::affinity_list().len();
+            (
+                f.usable_cpus.min(n as usize),
+                crate::topology::workers_per_cpu(mask, cli.workers, n),
+            )
+        }
+    };
     let plan = sizing::plan(
         &descriptor,
         cli.blocking_threads,
-        f.usable_cpus,
-        cli.workers as usize,
+        worker_cpus,
+        sharing,
         batch_plan.limits.is_some(),
     );
     f.batching = Some(batch_plan);
@@ -372,6 +386,39 @@ pub fn record_bind(f: &mut Findings, result: Result<SocketAddr, BindError>) {
 
 /// What is wrong with a `--venv` path, if anything: it must be a folder
 /// with the `pyvenv.cfg` that `python -m venv` writes.
+/// `--cpu-affinity N` (N > 0): refused when it asks for more CPUs than
+/// the server may run on; otherwise says where each worker runs.
+fn cpu_affinity_check(per_worker: u32, workers: u32) -> Check {
+    let mask = crate::topology::affinity_list();
+    if per_worker as usize > mask.len() {
+        return Check::fail(
+            "cpu-affinity",
+            78,
+            format!(
+                "--cpu-affinity {per_worker} (M0_CPU_AFFINITY) asks for {per_worker} CPUs per worker, but the \
+                 server may run on {} (CPUs {})",
+                mask.len(),
+                crate::topology::fmt_cpus(&mask)
+            ),
+            format!(
+                "pass --cpu-affinity {} or less, or 0 to leave the workers unpinned",
+                mask.len()
+            ),
+        );
+    }
+    let shown = workers.min(8);
+    let mut each: Vec<String> = (0..shown)
+        .map(|i| {
+            let cpus = crate::topology::worker_cpus(&mask, i, per_worker);
+            format!("worker {i} on CPU(s) {}", crate::topology::fmt_cpus(&cpus))
+        })
+        .collect();
+    if workers > shown {
+        each.push(format!("and {} more, in turn", workers - shown));
+    }
+    Check::pass("cpu-affinity", each.join("; "))
+}
+
 fn venv_problem(venv: &Path) -> Option<&'static str> {
     if !venv.exists() {
         Some("no such directory")

@@ -44,6 +44,16 @@ pub struct Cli {
     #[arg(long, env = "M0_WORKERS", default_value = "1", value_parser = parse_workers)]
     pub workers: u32,
 
+    /// Pin each worker to this many CPUs of the server's own affinity mask,
+    /// taken in turn (worker 0 the first N, worker 1 the next N, wrapping
+    /// around): with `--workers 2 --cpu-affinity 1` on two CPUs each worker
+    /// has a CPU of its own. For runtimes that start a thread per CPU they
+    /// may run on (MAX, ONNX Runtime, OpenMP), so that workers stop
+    /// splitting each CPU between their thread sets. 0 (the default) leaves
+    /// the workers unpinned.
+    #[arg(long, env = "M0_CPU_AFFINITY", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=4096))]
+    pub cpu_affinity: u32,
+
     /// Start each worker by fork+exec of this binary instead of fork alone.
     #[arg(long, env = "M0_SPAWN_WORKERS", value_parser = parse_bool_flag, num_args = 0, default_missing_value = "true", default_value = "false")]
     pub spawn_workers: bool,

