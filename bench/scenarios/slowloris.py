@@ -176,8 +176,11 @@ class Attack:
         if pending:
             raise h.BenchError(f"{len(pending)} of {self.count} idle connections never got their answer")
 
-    def finish(self) -> dict:
+    def finish(self, thread: threading.Thread) -> dict:
+        # The attack thread owns `conns` until it has stopped: closing them
+        # under it raced its own closes (a KeyError in `end`).
         self.stopped.set()
+        thread.join(10)
         still = len(self.conns)
         for fd in list(self.conns):
             s = self.conns.pop(fd)[0]
@@ -207,9 +210,7 @@ def one(kind: str, count: int, idle_timeout: int, seconds: float) -> dict:
         r = h.measure(run, h.Load(conns=8), seconds)
         r["rss"] = rss_kib(run.pid)
         r["rss0"] = rss0
-        r["attack"] = attack.finish() if count else {}
-        if count:
-            t.join(5)
+        r["attack"] = attack.finish(t) if count else {}
     finally:
         h.stop(run)
     return r
