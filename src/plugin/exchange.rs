@@ -407,7 +407,7 @@ impl<'a> Exchange<'a> {
         let result = match &mut self.sink {
             Sink::Wait(timeout) => write_all(self.fd, &mut slices, *timeout),
             Sink::Spill(spilled) => {
-                write_or_spill(self.fd, &mut slices, spilled, &mut self.socket_full)
+                write_or_spill(self.fd, &slices, spilled, &mut self.socket_full)
             }
         };
         *self.scratch = scratch;
@@ -504,45 +504,36 @@ pub fn write_all(
 /// socket is full (`socket_full`), everything is kept without another try.
 fn write_or_spill(
     fd: RawFd,
-    slices: &mut [IoSlice<'_>],
+    slices: &[IoSlice<'_>; 3],
     spilled: &mut Vec<u8>,
     socket_full: &mut bool,
 ) -> Result<(), i32> {
     let total: usize = slices.iter().map(|s| s.len()).sum();
     if *socket_full || spilled.len() + total <= CORK_BYTES {
-        for slice in slices.iter() {
+        for slice in slices {
             spilled.extend_from_slice(slice);
         }
         return Ok(());
     }
     let held = spilled.len();
-    let mut all: Vec<IoSlice<'_>> = Vec::with_capacity(slices.len() + 1);
-    all.push(IoSlice::new(spilled));
-    all.extend(slices.iter().map(|s| IoSlice::new(s)));
+    // On the stack: this runs for every large inline write.
+    let mut all = [IoSlice::new(spilled), slices[0], slices[1], slices[2]];
     let mut rest = &mut all[..];
     let done = send_until_full(fd, &mut rest)?;
     let unsent: usize = rest.iter().map(|s| s.len()).sum();
-    let sent = held + total - unsent;
-    drop(all);
     if done {
         spilled.clear();
         return Ok(());
     }
     *socket_full = true;
     // Keep the unsent tail: of the held bytes first, then of the slices.
-    if sent < held {
-        spilled.drain(..sent);
-        for slice in slices.iter() {
-            spilled.extend_from_slice(slice);
-        }
-    } else {
-        spilled.clear();
-        let mut skip = sent - held;
-        for slice in slices.iter() {
-            let take = skip.min(slice.len());
-            spilled.extend_from_slice(&slice[take..]);
-            skip -= take;
-        }
+    let sent = held + total - unsent;
+    spilled.drain(..sent.min(held));
+    let mut skip = sent.saturating_sub(held);
+    for slice in slices {
+        let take = skip.min(slice.len());
+        spilled.extend_from_slice(&slice[take..]);
+        skip -= take;
     }
     Ok(())
 }
