@@ -11,25 +11,39 @@ use std::time::Duration;
 use support::{Server, command, plugin};
 
 /// Open `n` keep-alive connections together, then ask each which pid
-/// serves it while all are open. Returns the counts per pid, largest first.
-fn burst_split(addr: SocketAddr, n: usize) -> Vec<usize> {
+/// serves it while all are open. Returns the connections, still open, with
+/// the pid that answered on each.
+fn burst(addr: SocketAddr, n: usize) -> Vec<(TcpStream, String)> {
     let mut conns: Vec<TcpStream> = (0..n).map(|_| TcpStream::connect(addr).unwrap()).collect();
     for c in &mut conns {
         c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         c.write_all(b"GET /pid HTTP/1.1\r\nHost: t\r\n\r\n")
             .unwrap();
     }
+    conns
+        .into_iter()
+        .map(|mut c| {
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 512];
+            while !(buf.windows(4).any(|w| w == b"\r\n\r\n")
+                && buf.ends_with(b"\n")
+                && buf.len() > 4)
+            {
+                let k = c.read(&mut chunk).unwrap();
+                assert!(k > 0, "connection closed before answering");
+                buf.extend_from_slice(&chunk[..k]);
+            }
+            let text = String::from_utf8_lossy(&buf);
+            let pid = text.rsplit("\r\n\r\n").next().unwrap().trim().to_string();
+            (c, pid)
+        })
+        .collect()
+}
+
+/// A burst of `n` connections' counts per pid, largest first.
+fn burst_split(addr: SocketAddr, n: usize) -> Vec<usize> {
     let mut counts: HashMap<String, usize> = HashMap::new();
-    for c in &mut conns {
-        let mut buf = Vec::new();
-        let mut chunk = [0u8; 512];
-        while !(buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.ends_with(b"\n") && buf.len() > 4) {
-            let k = c.read(&mut chunk).unwrap();
-            assert!(k > 0, "connection closed before answering");
-            buf.extend_from_slice(&chunk[..k]);
-        }
-        let text = String::from_utf8_lossy(&buf);
-        let pid = text.rsplit("\r\n\r\n").next().unwrap().trim().to_string();
+    for (_, pid) in burst(addr, n) {
         *counts.entry(pid).or_default() += 1;
     }
     let mut v: Vec<usize> = counts.into_values().collect();
@@ -74,6 +88,38 @@ fn a_burst_of_32_splits_within_two_to_one_in_fork_and_spawn_mode() {
             burst_split(off.addr, 32)
         );
     }
+}
+
+/// A connection whose client hung up while its request computes stays open
+/// until the answer is written, but it carries no more requests: it must not
+/// count as load. When it did, a worker finishing the last requests of
+/// clients that had left looked full, and every connection of the next
+/// burst went to its sibling (one worker of two then served a whole
+/// benchmark run).
+#[test]
+fn clients_that_hung_up_mid_request_do_not_count_against_their_worker() {
+    let s = start(&["--blocking-threads", "32"], true);
+    let mut by_pid: HashMap<String, Vec<TcpStream>> = HashMap::new();
+    for (c, pid) in burst(s.addr, 40) {
+        by_pid.entry(pid).or_default().push(c);
+    }
+    // Keep only the connections of the worker that got the most; the other
+    // worker's close at once (they are idle).
+    let (_, mut kept) = by_pid
+        .into_iter()
+        .max_by_key(|(_, conns)| conns.len())
+        .unwrap();
+    assert!(kept.len() >= 20, "{} of 40 on one worker", kept.len());
+    std::thread::sleep(Duration::from_millis(300));
+    // Each of those starts a long request, and its client leaves.
+    for c in &mut kept {
+        c.write_all(b"GET /sleep?ms=3000 HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+    }
+    drop(kept);
+    std::thread::sleep(Duration::from_millis(300));
+    let split = burst_split(s.addr, 16);
+    assert!(within_two_to_one(&split), "split {split:?}\n{}", s.log());
 }
 
 #[test]

@@ -68,6 +68,9 @@ pub struct Conn {
     pub deadline: Option<Instant>,
     pub may_read: bool,
     pub read_closed: bool,
+    /// The socket reported the client's end closed (EPOLLRDHUP or HUP):
+    /// it sends no more requests, whatever is still buffered or computing.
+    pub hung_up: bool,
     /// `100 Continue` went out for the current request.
     continue_sent: bool,
     /// From the metrics listener: its requests are scrapes.
@@ -116,6 +119,7 @@ impl Conn {
             deadline: None,
             may_read: true,
             read_closed: false,
+            hung_up: false,
             continue_sent: false,
             scraper: false,
             read_total: 0,

@@ -123,6 +123,8 @@ pub struct EventLoop {
     poll: Poll,
     listener: Option<TcpListener>,
     conns: Slab<Conn>,
+    /// Connections in `conns` whose client has hung up (`Conn::hung_up`).
+    hung_up: usize,
     pool: Pool,
     controller: Controller,
     share: Option<AcceptShare>,
@@ -213,6 +215,7 @@ impl EventLoop {
             poll,
             listener: Some(listener),
             conns: Slab::with_capacity(1024),
+            hung_up: 0,
             pool,
             controller,
             share,
@@ -321,7 +324,7 @@ impl EventLoop {
             timeout
         };
         if let Some(share) = &self.share {
-            share.publish_active(self.conns.len());
+            share.publish_active(self.share_load());
             share.mark_pass(0);
         }
         let polled = self.poll.poll(events, timeout);
@@ -350,7 +353,7 @@ impl EventLoop {
                         return Ok(Some(Exit::Immediate));
                     }
                 }
-                Token(key) => self.on_socket_event(key),
+                Token(key) => self.on_socket_event(key, event.is_read_closed()),
             }
         }
         // Those cut short last turn, after this turn's events: each waited
@@ -530,7 +533,7 @@ impl EventLoop {
                     self.accept_pause.resumed();
                     if let Some(share) = &self.share {
                         share.note_accepted();
-                        let own_load = self.conns.len() as u64 + share.own_pending();
+                        let own_load = self.share_load() as u64 + share.own_pending();
                         let now = crate::plugin::host::monotonic_ns();
                         if let Some(target) = share.pick(own_load, now, false)
                             && share.pass(target, stream.as_raw_fd(), addr)
@@ -633,16 +636,37 @@ impl EventLoop {
         conn.deadline = self.timeouts.header.map(|t| self.now + t);
         entry.insert(conn);
         if let Some(share) = &self.share {
-            share.publish_active(self.conns.len());
+            share.publish_active(self.share_load());
         }
         self.drive(key);
     }
 
-    fn on_socket_event(&mut self, key: usize) {
+    /// The connections that count for accept sharing: the open ones, less
+    /// those whose client has hung up. A connection stays open while its
+    /// request computes even when the client is gone (it is read again only
+    /// after the answer), and counting those made a worker busy with the
+    /// last batch of one load look full to the next: every connection of a
+    /// new burst of clients went to its sibling, and stayed there.
+    fn share_load(&self) -> usize {
+        self.conns.len() - self.hung_up
+    }
+
+    fn on_socket_event(&mut self, key: usize, read_closed: bool) {
         let Some(conn) = self.conns.get_mut(key) else {
             return;
         };
         conn.may_read = true;
+        if read_closed && !conn.hung_up {
+            conn.hung_up = true;
+            self.hung_up += 1;
+            if let Some(share) = &self.share {
+                share.publish_active(self.share_load());
+            }
+        }
+        // Again: publishing needed all of `self`.
+        let Some(conn) = self.conns.get_mut(key) else {
+            return;
+        };
         match conn.phase {
             Phase::Dispatched => {}
             Phase::Flushing { .. } => self.flush(key),
@@ -1085,9 +1109,12 @@ impl EventLoop {
     fn close(&mut self, key: usize) {
         if let Some(mut conn) = self.conns.try_remove(key) {
             let _ = self.poll.registry().deregister(&mut conn.stream);
+            if conn.hung_up {
+                self.hung_up -= 1;
+            }
             self.accept_pause.descriptor_freed(self.now);
             if let Some(share) = &self.share {
-                share.publish_active(self.conns.len());
+                share.publish_active(self.share_load());
             }
             if self.spare_bufs.len() < 256 && conn.rbuf.capacity() <= 64 * 1024 {
                 conn.rbuf.clear();
