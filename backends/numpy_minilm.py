@@ -157,7 +157,8 @@ class Backend:
         # to its longest input made them a quarter more work at 32 sentences a call.
         # Attention alone needs the [B, T] layout; it scatters into it and gathers back.
         real = attention_mask != 0
-        n = int(real.sum())
+        lengths = real.sum(1)
+        n = int(lengths.sum())
         where = np.nonzero(real)
         padded = n < B * T
         x = self.word[input_ids[where]].astype(np.float32, copy=False)
@@ -201,7 +202,6 @@ class Backend:
             _layer_norm_(x, *L["ln2"], self.eps)
         # Mean over the real tokens, as sentence-transformers' Pooling (mean_tokens) does.
         # The packed rows are in sentence order, so each sentence's tokens are one run.
-        lengths = real.sum(1)
         out = np.zeros((B, dim), np.float32)
         some = lengths > 0
         starts = (np.cumsum(lengths) - lengths)[some]

@@ -323,8 +323,8 @@ impl EventLoop {
         } else {
             timeout
         };
+        self.publish_share_load();
         if let Some(share) = &self.share {
-            share.publish_active(self.share_load());
             share.mark_pass(0);
         }
         let polled = self.poll.poll(events, timeout);
@@ -635,9 +635,7 @@ impl EventLoop {
         conn.scraper = scraper;
         conn.deadline = self.timeouts.header.map(|t| self.now + t);
         entry.insert(conn);
-        if let Some(share) = &self.share {
-            share.publish_active(self.share_load());
-        }
+        self.publish_share_load();
         self.drive(key);
     }
 
@@ -651,22 +649,31 @@ impl EventLoop {
         self.conns.len() - self.hung_up
     }
 
+    fn publish_share_load(&self) {
+        if let Some(share) = &self.share {
+            share.publish_active(self.share_load());
+        }
+    }
+
+    /// The socket said the client's end is closed: count it out of the load.
+    fn note_hung_up(&mut self, key: usize) {
+        if let Some(conn) = self.conns.get_mut(key)
+            && !conn.hung_up
+        {
+            conn.hung_up = true;
+            self.hung_up += 1;
+            self.publish_share_load();
+        }
+    }
+
     fn on_socket_event(&mut self, key: usize, read_closed: bool) {
+        if read_closed {
+            self.note_hung_up(key);
+        }
         let Some(conn) = self.conns.get_mut(key) else {
             return;
         };
         conn.may_read = true;
-        if read_closed && !conn.hung_up {
-            conn.hung_up = true;
-            self.hung_up += 1;
-            if let Some(share) = &self.share {
-                share.publish_active(self.share_load());
-            }
-        }
-        // Again: publishing needed all of `self`.
-        let Some(conn) = self.conns.get_mut(key) else {
-            return;
-        };
         match conn.phase {
             Phase::Dispatched => {}
             Phase::Flushing { .. } => self.flush(key),
@@ -1113,9 +1120,7 @@ impl EventLoop {
                 self.hung_up -= 1;
             }
             self.accept_pause.descriptor_freed(self.now);
-            if let Some(share) = &self.share {
-                share.publish_active(self.share_load());
-            }
+            self.publish_share_load();
             if self.spare_bufs.len() < 256 && conn.rbuf.capacity() <= 64 * 1024 {
                 conn.rbuf.clear();
                 self.spare_bufs.push(conn.rbuf);
