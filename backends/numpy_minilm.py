@@ -45,54 +45,70 @@ if _numpy_was_loaded and not _set_loaded_openblas_threads(BLAS_THREADS):
     print(f"numpy_minilm: numpy was imported first and its BLAS is not OpenBLAS: the BLAS "
           f"thread count {BLAS_THREADS} may not apply (import this module first)", file=sys.stderr)
 
-# The exact (erf) GELU, which numpy lacks, as gelu(x) = max(x, 0) - |x| * q with
-# q = 0.5 * erfc(|x| / sqrt 2), erfc by Abramowitz & Stegun 7.1.26 (absolute error under
-# 1.5e-7, about float32's own rounding at these magnitudes; scipy would be a large dependency
-# for one function). Checked: cosine >= 0.9999999 against sentence-transformers. The form
-# needs no sign select, the 0.5 and the 1/sqrt 2 are folded into the constants, and every
-# step writes into scratch buffers in place instead of allocating a new [tokens, 1536]
-# array per step: at 32 sentences a call the old expression took a third of the forward
-# pass. The hidden layer is worked through in blocks of _ROWS rows, which bounds the scratch
-# (32 inputs of 256 tokens would need 50 MB per buffer) and keeps a block in the core's cache.
+# The exact (erf) GELU, which numpy lacks, as gelu(x) = (x + |x| * erf(|x| / sqrt 2)) / 2, the
+# erf by Abramowitz & Stegun 7.1.26: erf(z) = 1 - t * poly(t) * exp(-z^2), t = 1 / (1 + p z),
+# absolute error under 1.5e-7, about float32's own rounding at these magnitudes (scipy would be
+# a large dependency for one function). Checked: cosine >= 0.9999999 against
+# sentence-transformers. The halving is folded into the second FFN layer's weights at load (a
+# power of two: exact), 1/sqrt 2 into the constants, and every step writes into scratch buffers
+# in place instead of allocating a new [tokens, 1536] array per step: at 32 sentences a call
+# the first expression took a third of the forward pass. The form needs no select and no
+# np.maximum (which alone took as long as the exp). The hidden layer is worked through in
+# blocks of _ROWS rows, which bounds the scratch (32 inputs of 256 tokens would need 50 MB per
+# buffer) and keeps the matrix products large.
 _P = np.float32(0.3275911 * 0.7071067811865476)
-_A = [np.float32(0.5 * a) for a in (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)]
+_A = [np.float32(-a) for a in (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)]
 _ROWS = 256
 
 
-def _gelu_(h, a, t):
-    """h <- gelu(h) in place; a and t are scratch of h's shape."""
+def _gelu2_(h, a, t, p):
+    """h <- 2 * gelu(h) in place; a, t and p are scratch of h's shape."""
     np.abs(h, out=a)
     np.multiply(a, _P, out=t)
     t += 1
     np.reciprocal(t, out=t)
-    poly = a                                   # |x| is taken from h again below
-    np.multiply(t, _A[4], out=poly)            # Horner over t, from the highest coefficient
+    np.multiply(t, _A[4], out=p)               # Horner over t, from the highest coefficient
     for c in (_A[3], _A[2], _A[1]):
-        poly += c
-        poly *= t
-    poly += _A[0]
-    poly *= t                                  # poly(t) = 0.5 * t * sum a_i t^i
-    np.multiply(h, h, out=t)
+        p += c
+        p *= t
+    p += _A[0]
+    p *= t                                     # p = -t * poly(t)
+    np.multiply(a, a, out=t)
     t *= np.float32(-0.5)
     np.exp(t, out=t)
-    poly *= t                                  # q = 0.5 * erfc(|x| / sqrt 2)
-    np.abs(h, out=t)
-    poly *= t                                  # |x| * q
-    np.maximum(h, 0, out=h)
-    h -= poly
+    p *= t
+    p += 1                                     # erf(|x| / sqrt 2)
+    p *= a
+    h += p
 
 
-def _layer_norm_(x, w, b, eps):
-    """x <- LayerNorm(x) over its last axis, in place."""
-    mean = x.mean(-1, keepdims=True)
-    x -= mean
+def _layer_norm_(x, w, b, eps, inv_n):
+    """x <- LayerNorm(x) over its last axis, in place; inv_n is a [dim, 1] column of 1/dim (the
+    mean as a matrix product: a third faster than a reduction over the rows)."""
+    x -= x @ inv_n
     var = np.einsum("ij,ij->i", x, x)[:, None]
     var *= np.float32(1 / x.shape[-1])
     var += eps
     np.sqrt(var, out=var)
-    x /= var
+    np.reciprocal(var, out=var)
+    x *= var
     x *= w
     x += b
+
+
+def _softmax_(s):
+    """s <- softmax(s) over its last axis, in place. The largest score of the whole array is
+    taken off instead of each row's own (one reduction, not one per row of a short last axis:
+    half the time); a row whose scores all lie far below it would lose its sum to underflow,
+    and is then done again with its own maximum."""
+    s -= s.max()
+    np.exp(s, out=s)
+    total = s.sum(-1, keepdims=True)
+    if total.min() < 1e-30:
+        return False
+    np.reciprocal(total, out=total)
+    s *= total
+    return True
 
 
 class Backend:
@@ -112,6 +128,7 @@ class Backend:
         self.dim = cfg["hidden_size"]
         self.heads = cfg["num_attention_heads"]
         self.eps = np.float32(cfg["layer_norm_eps"])
+        self.inv_n = np.full((self.dim, 1), 1 / self.dim, np.float32)
         self.threads = BLAS_THREADS
         w = read_safetensors(model_dir)
         w = {k.removeprefix("bert."): v for k, v in w.items()}
@@ -129,7 +146,7 @@ class Backend:
         e = "embeddings."
         self.word = w[e + "word_embeddings.weight"]      # mapped: only looked up, never copied
         self.pos, self.type = f32(e + "position_embeddings.weight"), f32(e + "token_type_embeddings.weight")
-        self.ln0 = f32(e + "LayerNorm.weight"), f32(e + "LayerNorm.bias")
+        self.ln0 = f32(e + "LayerNorm.weight"), f32(e + "LayerNorm.bias"), self.eps, self.inv_n
         self.ffn_dim = cfg["intermediate_size"]
         # Attention's 1/sqrt(head size) goes into the query's weights and bias once, here,
         # instead of a pass over the scores in every call.
@@ -141,13 +158,17 @@ class Backend:
             qkv_w, qkv_b = dense(a + "self.query", a + "self.key", a + "self.value")
             qkv_w[:, : self.dim] *= scale
             qkv_b[: self.dim] *= scale
+            ffn2_w, ffn2_b = dense(p + "output.dense")
+            ffn2_w *= np.float32(0.5)              # _gelu2_ gives twice the GELU
             self.layers.append(dict(
                 qkv=(qkv_w, qkv_b),
                 out=dense(a + "output.dense"),
-                ln1=(f32(a + "output.LayerNorm.weight"), f32(a + "output.LayerNorm.bias")),
+                ln1=(f32(a + "output.LayerNorm.weight"), f32(a + "output.LayerNorm.bias"), self.eps,
+                     self.inv_n),
                 ffn1=dense(p + "intermediate.dense"),
-                ffn2=dense(p + "output.dense"),
-                ln2=(f32(p + "output.LayerNorm.weight"), f32(p + "output.LayerNorm.bias")),
+                ffn2=(ffn2_w, ffn2_b),
+                ln2=(f32(p + "output.LayerNorm.weight"), f32(p + "output.LayerNorm.bias"), self.eps,
+                     self.inv_n),
             ))
 
     def forward(self, input_ids, attention_mask, token_type_ids):
@@ -164,14 +185,14 @@ class Backend:
         x = self.word[input_ids[where]].astype(np.float32, copy=False)
         x += self.pos[where[1]]
         x += self.type[token_type_ids[where]]
-        _layer_norm_(x, *self.ln0, self.eps)
+        _layer_norm_(x, *self.ln0)
         # Padding gets a large finite negative by selection: never -inf (an all-padded row,
         # or 0 * -inf, would give NaN). exp(-1e4) is exactly 0 in float32.
         bias = np.where(real, np.float32(0), np.float32(-1e4))[:, None, None, :]
         packed = np.empty((n, 3 * dim), np.float32)
         grid = np.zeros((B, T, 3 * dim), np.float32) if padded else packed
         hidden = np.empty((min(n, _ROWS), self.ffn_dim), np.float32)
-        scratch = np.empty((2,) + hidden.shape, np.float32)
+        scratch = np.empty((3,) + hidden.shape, np.float32)
         y = np.empty_like(x)
         for L in self.layers:
             np.matmul(x, L["qkv"][0], out=packed)
@@ -182,24 +203,27 @@ class Backend:
             qkv = grid.reshape(B, T, 3, H, D).transpose(2, 0, 3, 1, 4)
             s = qkv[0] @ qkv[1].transpose(0, 1, 3, 2)     # [B, H, T, T]
             s += bias
-            s -= s.max(-1, keepdims=True)
-            np.exp(s, out=s)
-            s /= s.sum(-1, keepdims=True)
+            if not _softmax_(s):
+                s = qkv[0] @ qkv[1].transpose(0, 1, 3, 2)
+                s += bias
+                s -= s.max(-1, keepdims=True)
+                np.exp(s, out=s)
+                s /= s.sum(-1, keepdims=True)
             ctx = (s @ qkv[2]).transpose(0, 2, 1, 3)[where].reshape(n, dim)
             np.matmul(ctx, L["out"][0], out=y)
             y += L["out"][1]
             x += y
-            _layer_norm_(x, *L["ln1"], self.eps)
+            _layer_norm_(x, *L["ln1"])
             for r in range(0, n, _ROWS):
                 rows = slice(r, min(r + _ROWS, n))
                 h = hidden[: rows.stop - r]
                 np.matmul(x[rows], L["ffn1"][0], out=h)
                 h += L["ffn1"][1]
-                _gelu_(h, scratch[0, : len(h)], scratch[1, : len(h)])
+                _gelu2_(h, *scratch[:, : len(h)])
                 np.matmul(h, L["ffn2"][0], out=y[rows])
             y += L["ffn2"][1]
             x += y
-            _layer_norm_(x, *L["ln2"], self.eps)
+            _layer_norm_(x, *L["ln2"])
         # Mean over the real tokens, as sentence-transformers' Pooling (mean_tokens) does.
         # The packed rows are in sentence order, so each sentence's tokens are one run.
         out = np.zeros((B, dim), np.float32)

