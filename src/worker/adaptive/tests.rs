@@ -673,6 +673,30 @@ fn two_workers_on_two_cpus_still_grow_for_a_view_that_sleeps() {
 }
 
 #[test]
+fn a_view_that_sleeps_keeps_spare_threads_beyond_its_clients_and_holds_them() {
+    // 5 ms of sleep per request, one worker on two CPUs: once settled,
+    // every tick has a free thread for the next request (a thread or more
+    // past the clients), and idle retirement does not take it back.
+    for (conns, most) in [(8, 11), (32, 40)] {
+        let mut b = SharedBox::new(1, 2, conns, 2, 0.05, 5.0);
+        b.run(20);
+        let sizes = b.run(30);
+        let summary = b.controllers[0].pool_summary();
+        assert!(
+            sizes[0].iter().all(|&n| n > conns && n <= most),
+            "{conns} clients: {:?} {summary}",
+            sizes[0]
+        );
+        assert!(summary.contains("kept free"), "{summary}");
+    }
+    // A view that computes keeps none: one thread per CPU.
+    let mut b = SharedBox::new(1, 2, 8, 4, 1.0, 0.0);
+    b.run(20);
+    let sizes = b.run(10);
+    assert!(sizes[0].iter().all(|&n| n <= 2), "{:?}", sizes[0]);
+}
+
+#[test]
 fn a_stall_of_threads_that_wait_for_a_cpu_adds_no_thread() {
     // 100 ms of CPU per request on one CPU, two threads: nothing completes
     // for longer than a stall, but both threads are runnable all along.
