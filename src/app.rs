@@ -119,6 +119,10 @@ pub fn main() -> i32 {
             return refuse(findings.failure().expect("just recorded a failure"));
         }
     };
+    if let Err(e) = crate::listener::limit_unsent(&listener) {
+        // A kernel without TCP_NOTSENT_LOWAT (before 3.12) serves as before.
+        crate::log::debug(format_args!("TCP_NOTSENT_LOWAT not set: {e}"));
+    }
     let bound = crate::listener::local_addr(&listener).unwrap_or(addr);
     let (Some(plugin_path), Some(descriptor), Some((mode, mode_reason))) =
         (findings.plugin_path, findings.descriptor, findings.mode)

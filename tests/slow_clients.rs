@@ -62,6 +62,50 @@ fn trickled_heads_are_cut_at_the_header_timeout_while_others_are_served() {
     assert_eq!(refused + cut, 300);
 }
 
+/// A client that pipelines requests and never reads gets only what the
+/// kernel holds for it answered: its own receive buffer and at most
+/// `TCP_NOTSENT_LOWAT` (16 KiB) unsent on the server's side. Without that
+/// limit the server's send buffer grew to megabytes, and the worker
+/// answered about 24,000 of these requests (3.6 MB) before the socket
+/// refused more: work done for nobody while the clients that read waited.
+#[test]
+fn a_client_that_never_reads_gets_a_bounded_number_of_answers() {
+    let mut s = hello_c(&["--idle-timeout", "60", "--max-keepalive-requests", "0"]);
+    let mut hog = TcpStream::connect(s.addr).unwrap();
+    // Blocked for this long: the server reads no more of our requests.
+    hog.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
+    let request = b"GET /stream HTTP/1.1\r\nHost: t\r\n\r\n".repeat(64);
+    let mut sent = 0usize;
+    while sent < 20_000_000 && hog.write_all(&request).is_ok() {
+        sent += 64;
+    }
+    // Closed unread: what the kernel held is dropped, and the worker
+    // learns it on its next write.
+    drop(hog);
+    let mut c = Client::connect(s.addr);
+    assert_eq!(c.get("/").status, 200);
+    s.signal(libc::SIGTERM);
+    assert!(
+        s.wait_exit(Duration::from_secs(30)).is_some(),
+        "{}",
+        s.log()
+    );
+    let log = s.log();
+    let served: usize = log
+        .lines()
+        .find_map(|l| {
+            let (_, rest) = l.split_once("connection(s) accepted, ")?;
+            rest.split_once(" request(s) served")?.0.parse().ok()
+        })
+        .unwrap_or_else(|| panic!("no closing line\n{log}"));
+    eprintln!("never-reading client: {served} requests answered of {sent} sent");
+    // About 1,000 here (150-byte answers); 24,000 without the limit.
+    assert!(
+        served > 10 && served < 5_000,
+        "{served} answered of {sent}\n{log}"
+    );
+}
+
 /// A client that sends many requests and never reads: once the socket
 /// will take no more, the idle timeout (which also bounds a response the
 /// client stops reading) closes it; another client is served meanwhile.

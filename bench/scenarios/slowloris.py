@@ -2,29 +2,30 @@
 without finishing, against the same clients alone.
 
 m0serve hello_c, one worker pinned to CPU 0; wrk -t1 -c8 (the ordinary
-clients, keep-alive GET /) pinned to CPU 1, as is the attacker, a thread
-of this harness; what it sent per second while measured is counted and
-reported, so an attack starved of CPU shows.
+clients, keep-alive GET /) pinned to CPU 1, as is the attacker,
+bench/tools/slowloris.c, a process of its own; what it sent per second
+while measured and the CPU it used are reported, so an attack starved of
+CPU, or one that starves wrk, shows.
 
 On a box this small the load generator, the attacker and the server share
 two CPUs, and the p99 of 8 clients against a saturated server is as much
 the scheduler's as the server's: the baseline alone measured 112 us to
-1.16 ms over runs. The attacker's sends take CPU 1 from wrk, which then
-reads its answers late and counts the delay as the server's. Tried by hand
-(slow heads, p99 vs without the attack in the same sitting): the attacker
-at normal priority 1.3-1.9 ms vs 0.2-0.5; under SCHED_IDLE 0.16-0.44 ms,
-but in the bench it then sent half its bytes (a starved attack), and the
-p99 ratio was no better; sends spread evenly over the second instead of
-one burst 0.58-0.83 ms; wrk paced to 1 ms between requests (6k req/s)
-made the baseline itself 0.5-1.6 ms.
+1.16 ms over runs. Every microsecond the attacker takes of CPU 1 is one
+wrk reads its answers late and books as the server's. The attacker was a
+thread of this harness, in Python: with 10,000 idle connections that it
+did not even write to, the p99 was 14.8x of none (1.27x with the C
+process). Its timing matters as much as its cost: the same bytes sent in
+one burst a second (sends at 1 s ticks instead of 10 ms) gave a p99 of
+1.3-1.7 ms against 270-450 us spread over the second.
 
 Each row is one attack, measured for DURATION s after the attack has run
 WARM s (so its connections have been cut and reopened at least once):
 
 - none: the baseline, started with the same flags;
-- slow heads: 1,000 connections each sending a request head a byte a
-  second; one that is cut (408 or a close) is reopened at once, so 1,000
-  are always open, as a real slowloris keeps them;
+- slow heads: 1,000 connections, opened over the first second, each
+  sending a request head a byte a second at its own phase; one that is cut
+  (408 or a close) is reopened at once, so 1,000 are always open, as a
+  real slowloris keeps them;
 - slow bodies: 1,000 POSTs whose head arrives whole and whose body then
   arrives a byte a second (below `--body-min-rate`), reopened when cut;
 - never reading: 16 connections pipelining GET /stream and reading
