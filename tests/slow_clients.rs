@@ -84,13 +84,7 @@ fn a_client_that_never_reads_gets_a_bounded_number_of_answers() {
     drop(hog);
     let mut c = Client::connect(s.addr);
     assert_eq!(c.get("/").status, 200);
-    s.signal(libc::SIGTERM);
-    assert!(
-        s.wait_exit(Duration::from_secs(30)).is_some(),
-        "{}",
-        s.log()
-    );
-    let log = s.log();
+    let log = s.stop_and_log();
     let served: usize = log
         .lines()
         .find_map(|l| {

@@ -5,7 +5,6 @@
 #![allow(dead_code)]
 
 use std::sync::Barrier;
-use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -163,13 +162,7 @@ pub fn fire(s: &Server, probes: &[Probe]) -> Vec<(u16, Vec<Vec<f64>>, Value)> {
 
 /// SIGTERM, then the worker's closing `batching:` line, if it wrote one.
 pub fn stop_and_read_batching(mut s: Server) -> (Option<String>, String) {
-    s.signal(libc::SIGTERM);
-    assert!(
-        s.wait_exit(Duration::from_secs(30)).is_some(),
-        "{}",
-        s.log()
-    );
-    let log = s.log();
+    let log = s.stop_and_log();
     let line = log
         .lines()
         .find(|l| l.contains("batching:"))

@@ -366,6 +366,18 @@ impl Server {
         unsafe { libc::kill(self.pid(), signal) };
     }
 
+    /// SIGTERM, wait until the supervisor has exited, and the whole log,
+    /// the workers' closing lines included.
+    pub fn stop_and_log(&mut self) -> String {
+        self.signal(libc::SIGTERM);
+        assert!(
+            self.wait_exit(Duration::from_secs(30)).is_some(),
+            "{}",
+            self.log()
+        );
+        self.log()
+    }
+
     /// Wait for the supervisor to exit.
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
         let deadline = Instant::now() + timeout;
