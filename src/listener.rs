@@ -110,16 +110,22 @@ pub const UNSENT_LIMIT: u32 = 16 * 1024;
 /// (`UNSENT_LIMIT`); on the listener, so accepted sockets inherit it with
 /// no system call of their own.
 pub fn limit_unsent(fd: &OwnedFd) -> std::io::Result<()> {
-    let value: libc::c_int = UNSENT_LIMIT as libc::c_int;
-    // SAFETY: a valid int option value that lives across the call; the
-    // kernel copies it.
+    let value = UNSENT_LIMIT as libc::c_int;
+    set_option(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, &value)
+}
+
+/// `setsockopt` with a plain value the kernel copies: the options nix has
+/// no wrapper for.
+fn set_option<T: Copy>(fd: &OwnedFd, level: i32, name: i32, value: &T) -> std::io::Result<()> {
+    // SAFETY: `value` is a valid, initialised T that lives across the call,
+    // and the length passed is its size; the kernel only reads it.
     let rc = unsafe {
         libc::setsockopt(
             fd.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_NOTSENT_LOWAT,
-            (&value as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            level,
+            name,
+            (value as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
         )
     };
     if rc == 0 {
@@ -229,22 +235,9 @@ pub fn refuse_new_connections(fd: &OwnedFd) -> std::io::Result<()> {
         len: 1,
         filter: drop_all.as_mut_ptr(),
     };
-    // SAFETY: a valid one-instruction program that lives across the call;
-    // the kernel copies it.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_ATTACH_FILTER,
-            (&program as *const libc::sock_fprog).cast(),
-            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+    // The program points at `drop_all`, which lives across the call; the
+    // kernel copies both.
+    set_option(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &program)
 }
 
 #[cfg(test)]
