@@ -34,8 +34,13 @@ from harness import M0SERVE, Load, Server, fmt_ratio
 SIZES = os.environ.get("POOL_SIZES", "adaptive,1,2,4,8,loop").split(",")
 NEEDS = ["wrk", "m0serve"]
 ANCHOR = "adaptive"
-ROUNDS = 2
-DURATION = 8
+# Four short rounds rather than two long ones, for the same measured time:
+# between rounds the same fixed size moved by 10-20% here (and by 30%
+# between two sittings of the same day), so a median of two, which is their
+# mean, let one slow round decide a 0.95x or 1.10x verdict; a median of four
+# (A..F, F..A, A..F, F..A) needs two.
+ROUNDS = 4
+DURATION = 5
 WARMUP = 3  # the adaptive pool settles within the warm-up
 
 
@@ -90,7 +95,7 @@ def verdict(summary, conns_list=(8, 64), prefix: str = "") -> str:
 # POOL_GROUPS=x2 narrows a run while tuning (never for a recorded one).
 GROUPS = os.environ.get("POOL_GROUPS", "pinned,unpinned,x2").split(",")
 # The unpinned groups' measured runs: shorter, as they add 16 runs each.
-UNPINNED_DURATION = 6
+UNPINNED_DURATION = 4
 
 
 def run_groups(title: str, opts, path: str, body: bytes, sweep1: list, sweep2: list) -> "h.Report":
