@@ -49,8 +49,11 @@ def servers(path: str, body: bytes, sizes=None, prefix: str = "", workers: int =
     out = []
     for size in sizes or SIZES:
         size = str(size)
+        # Debug: the log then carries the pool's decisions and its closing line, which
+        # the notes quote (`closing_lines`); a handful of lines a run.
         cmd = [str(M0SERVE), "--plugin", "wsgi", "--app-dir", "{root}/tests/apps",
-               "--host", "127.0.0.1", "--port", "{port}", "--workers", str(workers)]
+               "--host", "127.0.0.1", "--port", "{port}", "--workers", str(workers),
+               "--log-level", "debug"]
         if size == "loop":
             name = "loop calls"
         elif size == "adaptive":
@@ -92,6 +95,23 @@ def verdict(summary, conns_list=(8, 64), prefix: str = "") -> str:
             f"{TIE:.0%} of the top req/s, the one with the lowest p99): " + "; ".join(parts) + ".")
 
 
+def closing_lines(srvs: list) -> list[str]:
+    """What each adaptive pool concluded in its last round (the call path and
+    the pool's reason, from each worker's closing line), so that a verdict
+    can be read beside what the controller did."""
+    notes = []
+    for s in srvs:
+        if not s.name.endswith("adaptive"):
+            continue
+        log = (h.server_dir(s) / "server.log").read_text(errors="replace")
+        last = log.rsplit("\n$ ", 1)[-1]
+        ends = [line.split("call path: ", 1)[1] for line in last.splitlines()
+                if "thread(s) at the end" in line and "call path: " in line]
+        if ends:
+            notes.append(f"{s.name}, closing line(s) of its last round: " + " | ".join(ends))
+    return notes
+
+
 # POOL_GROUPS=x2 narrows a run while tuning (never for a recorded one).
 GROUPS = os.environ.get("POOL_GROUPS", "pinned,unpinned,x2").split(",")
 # The unpinned groups' measured runs: shorter, as they add 16 runs each.
@@ -122,6 +142,7 @@ def run_groups(title: str, opts, path: str, body: bytes, sweep1: list, sweep2: l
         if duration and not opts.duration and not opts.quick:
             sub_opts = types.SimpleNamespace(**{**vars(opts), "duration": duration})
         report = h.throughput(sub, sub_opts)
+        report.notes += closing_lines(srvs)
         if merged is None:
             merged = report
             merged.setup = [f"Group {prefix.strip() or 'x1 CPU 0'}: {line}" if i < 2 else line
