@@ -60,6 +60,9 @@ TARGET = ("The ordinary clients' p99 within 2x of the run without the attack; ev
           "connection gets 408 or is closed at its timeout, none answered; 10,000 idle "
           "connections all held.")
 NEEDS = ["wrk", "m0serve"]
+# The first run's port; each run has a port of its own (PORT + its number):
+# a run leaves thousands of server-side TIME_WAIT connections on its port
+# for a minute, which the next attack's connects would have to step around.
 PORT = 18300
 WARM = 7
 BODY = b"hello, world\n"
@@ -90,9 +93,9 @@ class Attack:
     attack connections open until stopped and tallies how each one that
     ended was ended."""
 
-    def __init__(self, kind: str, count: int):
+    def __init__(self, kind: str, count: int, port: int):
         self.kind, self.count = kind, count
-        self.proc = subprocess.Popen(["taskset", "-c", "1", str(ATTACKER), KINDS[kind], str(count), str(PORT)],
+        self.proc = subprocess.Popen(["taskset", "-c", "1", str(ATTACKER), KINDS[kind], str(count), str(port)],
                                      stdout=subprocess.PIPE, text=True)
 
     def wait_ready(self, timeout: float) -> None:
@@ -126,14 +129,14 @@ ATTACKS = [("none", 0, 300), ("slow heads", 1000, 300), ("slow bodies", 1000, 30
            ("never reading", 16, 5), ("idle", 10_000, 300)]
 
 
-def one(kind: str, count: int, idle_timeout: int, seconds: float) -> dict:
+def one(kind: str, count: int, idle_timeout: int, seconds: float, port: int) -> dict:
     server = h.Server(f"m0serve ({kind})", flags(idle_timeout), cpus="0", expect=BODY)
-    h.wait_port_free(PORT)
-    run = h.start(server, PORT)
+    h.wait_port_free(port)
+    run = h.start(server, port)
     attack = None
     try:
         if count:
-            attack = Attack(kind, count)
+            attack = Attack(kind, count, port)
             attack.wait_ready(90)
             # Long enough for the first cuts and reopenings (5 s timeouts).
             time.sleep(WARM if kind != "idle" else 3)
@@ -186,8 +189,8 @@ def run(opts) -> h.Report:
     results: dict[str, list[dict]] = {k: [] for k, _, _ in ATTACKS}
     for i in range(rounds):
         order = ATTACKS if i % 2 == 0 else ATTACKS[::-1]
-        for kind, count, idle in order:
-            r = one(kind, count, idle, seconds)
+        for j, (kind, count, idle) in enumerate(order):
+            r = one(kind, count, idle, seconds, PORT + i * len(ATTACKS) + j)
             h.log(f"round {i + 1} {kind}: {h.fmt_rps(r['rps'])} req/s, p99 {h.fmt_us(r['p99'])}, "
                   f"attack {r['attack']}")
             results[kind].append(r)
