@@ -22,7 +22,7 @@
  * connection's first byte, are spread the same way. The tick was 10 ms:
  * ten sends at once, each running the loopback receive path on this CPU,
  * kept wrk off it for about 160 us every 10 ms, and the ordinary clients'
- * p99 went from 80 us to 170-230 us (1.1-1.3x with 1 ms ticks), while the
+ * p99 went from 80 us to 170-230 us (106-134 us with 1 ms ticks), while the
  * server's CPU time per request rose by the same 3% either way.
  *
  * It prints "ready" once every connection is open (idle: served), then a
