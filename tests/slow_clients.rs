@@ -62,6 +62,48 @@ fn trickled_heads_are_cut_at_the_header_timeout_while_others_are_served() {
     assert_eq!(refused + cut, 300);
 }
 
+/// Each connection is cut at its own deadline, not with every other one
+/// that falls due in the same quarter second. Twelve connections open in
+/// one order and start their heads in the reverse one, 100 ms apart: their
+/// 408s come in the order the heads began (latest-opened first). Sweeps
+/// every 250 ms cut two or three at once, in the order they were opened,
+/// and about six of the eleven neighbours came out reversed; one reversal
+/// is allowed for a stall of the box.
+#[test]
+fn connections_are_cut_in_the_order_their_deadlines_fall() {
+    // Two seconds: longer than the 1.2 s the heads take to begin, so every
+    // one is cut by the timeout its first byte started, none by the one its
+    // connection started with when accepted.
+    let s = hello_c(&["--header-timeout", "2"]);
+    let conns: Vec<TcpStream> = (0..12)
+        .map(|_| TcpStream::connect(s.addr).unwrap())
+        .collect();
+    let arrived = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut readers = Vec::new();
+    for (i, mut c) in conns.into_iter().enumerate().rev() {
+        c.write_all(b"G").unwrap();
+        let arrived = arrived.clone();
+        readers.push(std::thread::spawn(move || {
+            c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            let mut out = Vec::new();
+            let _ = c.read_to_end(&mut out);
+            arrived.lock().unwrap().push(i);
+            status_of(&out)
+        }));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for r in readers {
+        assert_eq!(r.join().unwrap(), 408, "{}", s.log());
+    }
+    // The heads began from 11 down to 0, and so should the cuts come.
+    let order = arrived.lock().unwrap().clone();
+    let reversed = order.windows(2).filter(|w| w[0] < w[1]).count();
+    assert!(
+        reversed <= 1,
+        "cut in the order {order:?} ({reversed} neighbours reversed), not 11 down to 0"
+    );
+}
+
 /// A client that pipelines requests and never reads gets only what the
 /// kernel holds for it answered: its own receive buffer and at most
 /// `TCP_NOTSENT_LOWAT` (16 KiB) unsent on the server's side. Without that

@@ -54,6 +54,7 @@ mod cors;
 mod health;
 mod inline;
 mod scrape;
+mod sweep;
 use super::loop_calls::{LoopCaller, LoopCalls};
 use inline::{InlineCalls, SpinGate};
 
@@ -80,8 +81,6 @@ const LINGER: Duration = Duration::from_secs(2);
 /// rather than more: a turn of 64 streamed answers held the others for
 /// several milliseconds, a p99 four times that of the same load alone.
 const DRIVE_BUDGET: u32 = 16;
-/// Timeouts are checked at this granularity.
-const SWEEP_EVERY: Duration = Duration::from_millis(250);
 /// How long a draining worker waits for the first request of a connection
 /// it accepted just before the drain (at most `--header-timeout`).
 const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(2);
@@ -144,7 +143,8 @@ pub struct EventLoop {
     /// buffered or unread: driven again after this turn's events, with no
     /// event to announce them (the socket's edge has passed).
     resume: Vec<usize>,
-    next_sweep: Instant,
+    /// When connections past their deadline are looked for.
+    sweep: sweep::SweepClock,
     inline: Option<InlineCalls>,
     /// The plugin admits each request before it is queued
     /// (`event_loop/admission.rs`).
@@ -170,7 +170,8 @@ pub struct EventLoop {
     last_event: Instant,
     spin_gate: SpinGate,
     /// Read once after each wait: the time deadlines are reckoned from
-    /// (they are checked every 250 ms; a clock read per request cost 3% of
+    /// (they are checked a few milliseconds apart at the most often, see
+    /// `event_loop/sweep.rs`; a clock read per request cost 3% of
     /// the WSGI hello's CPU).
     now: Instant,
     pub accepted: u64,
@@ -237,7 +238,7 @@ impl EventLoop {
             accept_pause: Default::default(),
             drain_deadline: None,
             resume: Vec::new(),
-            next_sweep: Instant::now() + SWEEP_EVERY,
+            sweep: sweep::SweepClock::new(Instant::now()),
             inline: None,
             admission: None,
             loop_calls: None,
@@ -395,7 +396,7 @@ impl EventLoop {
             };
             self.controller.tick(&mut worker, now);
         }
-        if now >= self.next_sweep {
+        if now >= self.sweep.next(self.conns.len()) {
             self.sweep_timeouts();
         }
         if let Some(log) = &mut self.access_log {
@@ -420,7 +421,8 @@ impl EventLoop {
         }
         let mut timeout = None;
         if !self.conns.is_empty() {
-            timeout = Some(self.next_sweep.saturating_duration_since(Instant::now()));
+            let next = self.sweep.next(self.conns.len());
+            timeout = Some(next.saturating_duration_since(Instant::now()));
         }
         if self.in_flight > 0 {
             timeout = Some(timeout.map_or(adaptive::TICK, |t: Duration| t.min(adaptive::TICK)));
@@ -428,7 +430,7 @@ impl EventLoop {
         if let Some(deadline) = self.drain_deadline {
             let left = deadline
                 .saturating_duration_since(Instant::now())
-                .min(SWEEP_EVERY);
+                .min(sweep::HOUSEKEEPING);
             timeout = Some(timeout.map_or(left, |t: Duration| t.min(left)));
         }
         if let Some(due) = self.metrics.as_ref().map(WorkerMetrics::next_publish) {
@@ -514,6 +516,7 @@ impl EventLoop {
             }
             let by = now + if conn.served > 0 { next } else { first };
             conn.deadline = Some(conn.deadline.map_or(by, |d| d.min(by)));
+            self.sweep.note(conn.deadline);
         }
         crate::log::debug(format_args!(
             "draining: {} connection(s) open, {} request(s) in flight",
@@ -634,6 +637,7 @@ impl EventLoop {
         let mut conn = Conn::new(stream, peer, buf);
         conn.scraper = scraper;
         conn.deadline = self.timeouts.header.map(|t| self.now + t);
+        self.sweep.note(conn.deadline);
         entry.insert(conn);
         self.publish_share_load();
         self.drive(key);
@@ -772,10 +776,13 @@ impl EventLoop {
                     match conn.phase {
                         Phase::Body { .. } => {
                             let began = *conn.body_began.get_or_insert((now, conn.read_total));
-                            conn.deadline = self.timeouts.body_deadline(now, began, conn.read_total)
+                            conn.deadline =
+                                self.timeouts.body_deadline(now, began, conn.read_total);
+                            self.sweep.note(conn.deadline);
                         }
                         Phase::Head if !had_bytes && !conn.rbuf.is_empty() => {
-                            conn.deadline = self.timeouts.header.map(|t| now + t)
+                            conn.deadline = self.timeouts.header.map(|t| now + t);
+                            self.sweep.note(conn.deadline);
                         }
                         _ => {}
                     }
@@ -940,6 +947,7 @@ impl EventLoop {
             self.timeouts.header
         };
         conn.deadline = timeout.map(|t| self.now + t);
+        self.sweep.note(conn.deadline);
         true
     }
 
@@ -1108,6 +1116,7 @@ impl EventLoop {
         let _ = conn.stream.shutdown(std::net::Shutdown::Write);
         conn.phase = Phase::Linger;
         conn.deadline = Some(Instant::now() + LINGER);
+        self.sweep.note(conn.deadline);
         if conn.discard_input() {
             self.close(key);
         }
@@ -1130,8 +1139,9 @@ impl EventLoop {
 
     fn sweep_timeouts(&mut self) {
         let now = Instant::now();
-        self.next_sweep = now + SWEEP_EVERY;
-        if self.share.is_some() {
+        let housekeeping = self.sweep.housekeeping_due(now);
+        self.sweep.begin(now);
+        if housekeeping && self.share.is_some() {
             // Empty the channel first: only then can a pending count be
             // judged stale.
             self.receive_batch();
@@ -1139,12 +1149,16 @@ impl EventLoop {
                 share.heal_pending();
             }
         }
-        let expired: Vec<usize> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| c.deadline.is_some_and(|d| d <= now))
-            .map(|(k, _)| k)
-            .collect();
+        let mut expired: Vec<usize> = Vec::new();
+        let mut left: Option<Instant> = None;
+        for (key, conn) in self.conns.iter() {
+            match conn.deadline {
+                Some(d) if d <= now => expired.push(key),
+                Some(d) if left.is_none_or(|l| d < l) => left = Some(d),
+                _ => {}
+            }
+        }
+        self.sweep.swept(left);
         for key in expired {
             let Some(conn) = self.conns.get(key) else {
                 continue;

@@ -117,6 +117,7 @@ impl EventLoop {
         };
         conn.phase = Phase::Flushing { keep_alive };
         conn.deadline = deadline;
+        self.sweep.note(deadline);
         let registered = self.poll.registry().reregister(
             &mut conn.stream,
             Token(key),
