@@ -64,8 +64,6 @@ pub struct Conn {
     pub phase: Phase,
     /// Requests answered on this connection.
     pub served: u32,
-    /// When the current phase times out, if it does.
-    pub deadline: Option<Instant>,
     pub may_read: bool,
     pub read_closed: bool,
     /// The socket reported the client's end closed (EPOLLRDHUP or HUP):
@@ -116,7 +114,6 @@ impl Conn {
             out_pos: 0,
             phase: Phase::Head,
             served: 0,
-            deadline: None,
             may_read: true,
             read_closed: false,
             hung_up: false,

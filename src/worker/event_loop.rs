@@ -399,6 +399,7 @@ impl EventLoop {
         if now >= self.sweep.next(self.conns.len()) {
             self.sweep_timeouts();
         }
+        self.expire_one();
         if let Some(log) = &mut self.access_log {
             log.tick(now);
         }
@@ -416,7 +417,8 @@ impl EventLoop {
     }
 
     fn poll_timeout(&self) -> Option<Duration> {
-        if self.accept_owed || self.channel_owed || !self.resume.is_empty() {
+        if self.accept_owed || self.channel_owed || !self.resume.is_empty() || self.sweep.has_due()
+        {
             return Some(Duration::ZERO);
         }
         let mut timeout = None;
@@ -510,13 +512,13 @@ impl EventLoop {
             .timeouts
             .idle
             .map_or(NEXT_REQUEST_GRACE, |t| t.min(NEXT_REQUEST_GRACE));
-        for (_, conn) in self.conns.iter_mut() {
+        for (key, conn) in self.conns.iter() {
             if !conn.is_idle() {
                 continue;
             }
             let by = now + if conn.served > 0 { next } else { first };
-            conn.deadline = Some(conn.deadline.map_or(by, |d| d.min(by)));
-            self.sweep.note(conn.deadline);
+            let deadline = self.sweep.get(key).map_or(by, |d| d.min(by));
+            self.sweep.set(key, Some(deadline));
         }
         crate::log::debug(format_args!(
             "draining: {} connection(s) open, {} request(s) in flight",
@@ -636,8 +638,8 @@ impl EventLoop {
         let buf = read.unwrap_or_else(|| self.spare_bufs.pop().unwrap_or_default());
         let mut conn = Conn::new(stream, peer, buf);
         conn.scraper = scraper;
-        conn.deadline = self.timeouts.header.map(|t| self.now + t);
-        self.sweep.note(conn.deadline);
+        self.sweep
+            .set(key, self.timeouts.header.map(|t| self.now + t));
         entry.insert(conn);
         self.publish_share_load();
         self.drive(key);
@@ -776,13 +778,13 @@ impl EventLoop {
                     match conn.phase {
                         Phase::Body { .. } => {
                             let began = *conn.body_began.get_or_insert((now, conn.read_total));
-                            conn.deadline =
-                                self.timeouts.body_deadline(now, began, conn.read_total);
-                            self.sweep.note(conn.deadline);
+                            self.sweep.set(
+                                key,
+                                self.timeouts.body_deadline(now, began, conn.read_total),
+                            );
                         }
                         Phase::Head if !had_bytes && !conn.rbuf.is_empty() => {
-                            conn.deadline = self.timeouts.header.map(|t| now + t);
-                            self.sweep.note(conn.deadline);
+                            self.sweep.set(key, self.timeouts.header.map(|t| now + t));
                         }
                         _ => {}
                     }
@@ -868,7 +870,7 @@ impl EventLoop {
             queued_at: self.now,
             cost: 0,
         };
-        conn.deadline = None;
+        self.sweep.set(key, None);
         let job = self.apply_proxy_headers(job);
         let job = match self.admit_request(key, job) {
             Ok(job) => job,
@@ -946,8 +948,7 @@ impl EventLoop {
         } else {
             self.timeouts.header
         };
-        conn.deadline = timeout.map(|t| self.now + t);
-        self.sweep.note(conn.deadline);
+        self.sweep.set(key, timeout.map(|t| self.now + t));
         true
     }
 
@@ -1115,8 +1116,7 @@ impl EventLoop {
         }
         let _ = conn.stream.shutdown(std::net::Shutdown::Write);
         conn.phase = Phase::Linger;
-        conn.deadline = Some(Instant::now() + LINGER);
-        self.sweep.note(conn.deadline);
+        self.sweep.set(key, Some(Instant::now() + LINGER));
         if conn.discard_input() {
             self.close(key);
         }
@@ -1124,6 +1124,7 @@ impl EventLoop {
 
     fn close(&mut self, key: usize) {
         if let Some(mut conn) = self.conns.try_remove(key) {
+            self.sweep.set(key, None);
             let _ = self.poll.registry().deregister(&mut conn.stream);
             if conn.hung_up {
                 self.hung_up -= 1;
@@ -1140,7 +1141,6 @@ impl EventLoop {
     fn sweep_timeouts(&mut self) {
         let now = Instant::now();
         let housekeeping = self.sweep.housekeeping_due(now);
-        self.sweep.begin(now);
         if housekeeping && self.share.is_some() {
             // Empty the channel first: only then can a pending count be
             // judged stale.
@@ -1149,20 +1149,15 @@ impl EventLoop {
                 share.heal_pending();
             }
         }
-        let mut expired: Vec<usize> = Vec::new();
-        let mut left: Option<Instant> = None;
-        for (key, conn) in self.conns.iter() {
-            match conn.deadline {
-                Some(d) if d <= now => expired.push(key),
-                Some(d) if left.is_none_or(|l| d < l) => left = Some(d),
-                _ => {}
-            }
-        }
-        self.sweep.swept(left);
-        for key in expired {
-            let Some(conn) = self.conns.get(key) else {
-                continue;
-            };
+        self.sweep.sweep(now);
+    }
+
+    /// Handle connections a sweep found past their deadline, one a pass
+    /// (see `event_loop/sweep.rs`).
+    fn expire_one(&mut self) {
+        if let Some(key) = self.sweep.next_due()
+            && let Some(conn) = self.conns.get(key)
+        {
             match conn.phase {
                 Phase::Head if conn.rbuf.is_empty() && conn.served > 0 => self.close(key),
                 Phase::Head => self.refuse(

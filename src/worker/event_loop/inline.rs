@@ -116,8 +116,7 @@ impl EventLoop {
             return;
         };
         conn.phase = Phase::Flushing { keep_alive };
-        conn.deadline = deadline;
-        self.sweep.note(deadline);
+        self.sweep.set(key, deadline);
         let registered = self.poll.registry().reregister(
             &mut conn.stream,
             Token(key),
