@@ -150,6 +150,8 @@ def one(kind: str, count: int, idle_timeout: int, seconds: float, port: int) -> 
             r["attack_cpu"] = 100.0 * (attack.cpu_ticks() - a0) / h.CLK_TCK / wall
             # The attacker is a process of its own: not the noise of others.
             r["other"] = max(0.0, r["other"] - r["attack_cpu"])
+        with open(h.server_dir(server) / "wrk.log", "a") as f:  # for inspection
+            f.write(f"\n# port {port}\n{r['raw']}")
         r["rss"] = rss_kib(run.pid)
         r["rss0"] = rss0
         r["attack"] = attack.finish() if attack else {}
