@@ -868,8 +868,11 @@ def throughput(mod, opts) -> Report:
             p99 = median([r["p99"] for r in rs])
             cpu = median([r["cpu"] for r in rs])
             per_req = median([1e4 * r["cpu"] / r["rps"] for r in rs])   # % of a core → µs/req
+            # The per-round figures too, in round order, for verdicts that pair the
+            # servers round by round (neighbours in the A,B / B,A order see the same box).
             summary[(s.name, ld.conns)] = {"rps": rps, "p99": p99, "rps_ratio": rps / a_rps,
-                                           "p99_ratio": p99 / a_p99, "cpu_per_req": per_req}
+                                           "p99_ratio": p99 / a_p99, "cpu_per_req": per_req,
+                                           "rounds": [(r["rps"], r["p99"]) for r in rs]}
             spread = (max(r["rps"] for r in rs) - min(r["rps"] for r in rs)) / rps
             wrk_cpu = median([r["wrk_cpu"] for r in rs])
             if wrk_cpu >= 90 * ld.threads:
