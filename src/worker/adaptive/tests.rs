@@ -166,6 +166,23 @@ fn a_lock_holding_view_on_one_cpu_settles_on_one_thread() {
 }
 
 #[test]
+fn a_lock_holding_view_on_two_cpus_steps_down_to_one_thread() {
+    // 1 ms of Python per request with the GIL held, one worker on two
+    // CPUs: it uses one of them whatever its threads, so the CPUs never
+    // look saturated, and a second thread only queues for the lock
+    // (measured: fixed 2 served 0.80-0.95x of fixed 1).
+    let view = View {
+        cpus: 2,
+        capacity: |n| 1250.0 * (1.0 - 0.1 * (n - 1).min(2) as f64),
+        lock_share: |n| 0.9 * (n - 1) as f64 / n as f64,
+        cpu_busy: |_| 1.05,
+    };
+    let sizes = settle(8, 2, view, 40, 20);
+    assert_eq!(median(&sizes), 1, "{sizes:?}");
+    assert!(share_at(&sizes, 1) > 0.8, "{sizes:?}");
+}
+
+#[test]
 fn when_sizes_tie_on_throughput_the_pool_takes_the_fewest_threads() {
     // A view that releases its lock but has one CPU to compute on.
     let view = View {
