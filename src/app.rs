@@ -185,7 +185,8 @@ fn init_in_probe(plugin: &Plugin) -> Result<Calls, PluginError> {
             crate::topology::workers_per_cpu(mask.len(), cfg.cli.workers, cfg.cli.cpu_affinity);
     }
     let usable = crate::topology::usable_cpus();
-    let batching = worker::batching::decide(&plugin.descriptor, cfg.cli.no_batch);
+    let batching =
+        worker::batching::decide(&plugin.descriptor, cfg.cli.no_batch, cfg.cli.batch_wait);
     let plan = worker::sizing::plan(
         &plugin.descriptor,
         cfg.cli.blocking_threads,

@@ -323,7 +323,7 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
             ),
         ));
     }
-    let mut batch_plan = batching::decide(&descriptor, cli.no_batch);
+    let mut batch_plan = batching::decide(&descriptor, cli.no_batch, cli.batch_wait);
     // Known only after an init; without one, as declared.
     batch_plan.require_entry_point(handle_batch.unwrap_or(true));
     // Pinned workers plan for their own CPUs and the workers beside them.

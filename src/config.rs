@@ -137,6 +137,13 @@ pub struct Cli {
     #[arg(long, env = "M0_NO_BATCH", value_parser = parse_bool_flag, num_args = 0, default_missing_value = "true", default_value = "false")]
     pub no_batch: bool,
 
+    /// The most a batch that holds fewer requests than the previous call
+    /// waits for the rest to arrive, in milliseconds (fractions allowed),
+    /// and never more than an eighth of that call's time. 0 takes only what
+    /// is queued.
+    #[arg(long, env = "M0_BATCH_WAIT", value_name = "MS", value_parser = parse_millis, default_value = "2")]
+    pub batch_wait: Duration,
+
     /// Turn accept sharing off: with several workers, the worker that
     /// accepts a connection keeps it instead of passing it to a less-loaded
     /// sibling (for measurement). The variable names the setting itself:
@@ -368,6 +375,20 @@ fn parse_seconds(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(v))
 }
 
+/// Milliseconds, fractions allowed (`0.5`), up to a second.
+fn parse_millis(s: &str) -> Result<Duration, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("expected milliseconds like 2 or 0.5, got {s:?}"))?;
+    if !v.is_finite() || !(0.0..=1000.0).contains(&v) {
+        return Err(format!(
+            "expected milliseconds between 0 and 1000, got {s:?}"
+        ));
+    }
+    Ok(Duration::from_secs_f64(v / 1000.0))
+}
+
 /// Everything a worker needs, fixed at startup.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -481,6 +502,11 @@ mod tests {
     #[test]
     fn seconds() {
         assert_eq!(parse_seconds("0.5").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_millis("0.5").unwrap(), Duration::from_micros(500));
+        assert_eq!(parse_millis("0").unwrap(), Duration::ZERO);
+        assert!(parse_millis("1001").is_err());
+        assert!(parse_millis("-1").is_err());
+        assert!(parse_millis("soon").is_err());
         assert!(parse_seconds("-1").is_err());
         assert!(parse_seconds("soon").is_err());
     }

@@ -269,6 +269,10 @@ fn report(cfg: &Config, f: &Findings, exit: i32, sd_notify: Option<&str>) -> Str
             };
             limit(&mut j, "max_requests", plan.limits.map(|l| l.max_requests));
             limit(&mut j, "max_bytes", plan.limits.map(|l| l.max_bytes));
+            match plan.limits {
+                Some(l) => j.num("max_wait_ms", l.max_wait.as_secs_f64() * 1000.0),
+                None => j.null("max_wait_ms"),
+            };
             j.end_object();
         }
         None => {

@@ -281,7 +281,7 @@ fn requests_queued_behind_a_gate_arrive_in_batches_within_the_limit() {
     let s = start(&gate, &["--blocking-threads", "1"]);
     assert!(
         s.log()
-            .contains("batching on (up to 8 requests, 1000 bytes per call)"),
+            .contains("batching on (up to 8 requests, 1000 bytes per call; "),
         "{}",
         s.log()
     );
@@ -548,6 +548,17 @@ fn no_batch_turns_batching_off() {
         b["reason"].as_str().is_some_and(|r| !r.is_empty()),
         "{on:#}"
     );
+    assert_eq!(b["max_wait_ms"], 2.0, "the default --batch-wait: {on:#}");
+    for (flags, env) in [
+        (&["--batch-wait", "0.5"][..], &[][..]),
+        (&[][..], &[("M0_BATCH_WAIT", "0.5")][..]),
+    ] {
+        let j = doctor(flags, env);
+        assert_eq!(
+            j["batching"]["max_wait_ms"], 0.5,
+            "{flags:?} {env:?}: {j:#}"
+        );
+    }
     for (flags, env) in [
         (&["--no-batch"][..], &[][..]),
         (&[][..], &[("M0_NO_BATCH", "1")][..]),
@@ -824,5 +835,91 @@ fn the_access_log_names_each_responses_batch_size() {
     assert!(
         lines.iter().any(|l| l["batch"].as_u64() > Some(1)),
         "no batch of more than one:\n{text}"
+    );
+}
+
+/// `clients` connections, each sending `/slow` requests one after another
+/// (the next when the last is answered), the first alone for a head start
+/// of half a call; the size of every call that answered, in call order.
+fn closed_loop_sizes(server: &Server, clients: usize, rounds: usize) -> Vec<usize> {
+    let run = |id: usize| {
+        let mut c = Client::connect(server.addr);
+        (0..rounds)
+            .map(|_| {
+                c.send(&post(&format!("/slow?id={id}"), b""));
+                let a = Answer::of(c.read_response(false).expect("an answer to /slow"));
+                assert_eq!(a.status, 200, "{a:?}");
+                (a.seq(), a.size())
+            })
+            .collect::<Vec<_>>()
+    };
+    let answers: Vec<(u64, usize)> = std::thread::scope(|s| {
+        let first = s.spawn(|| run(0));
+        std::thread::sleep(Duration::from_millis(50));
+        let rest: Vec<_> = (1..clients).map(|id| s.spawn(move || run(id))).collect();
+        std::iter::once(first)
+            .chain(rest)
+            .flat_map(|h| h.join().expect("a client thread"))
+            .collect()
+    });
+    let by_call: BTreeMap<u64, usize> = answers.into_iter().collect();
+    by_call.into_values().collect()
+}
+
+/// Clients that send again when answered, one of them ahead of the others,
+/// split into two alternating calls for good when each call takes only
+/// what is queued (`--batch-wait 0`): a call of one, then the other seven,
+/// and again. With the wait, a call that would hold fewer than the last
+/// one waits for the rest, and the calls hold all eight. Counts only: the
+/// wait is bounded by an eighth of the fixture's 100 ms call (12.5 ms),
+/// which the seven clients' next requests need far less than.
+#[test]
+fn a_short_batch_waits_for_the_clients_the_last_call_answered() {
+    let _serial = serial();
+    let gate = Gate::new("gather");
+    let clients = MAX_BATCH;
+    let rounds = 10;
+    let sizes_of = |wait: &str| {
+        let mut s = start(&gate, &["--blocking-threads", "1", "--batch-wait", wait]);
+        let sizes = closed_loop_sizes(&s, clients, rounds);
+        s.signal(libc::SIGTERM);
+        assert_eq!(
+            s.wait_exit(WAIT).and_then(|st| st.code()),
+            Some(0),
+            "{}",
+            s.log()
+        );
+        assert_eq!(sizes.iter().sum::<usize>(), clients * rounds, "{sizes:?}");
+        (sizes, s.log())
+    };
+    let (greedy, log) = sizes_of("0");
+    assert!(
+        log.contains("a call takes what is queued: --batch-wait 0"),
+        "{log}"
+    );
+    let (waiting, log) = sizes_of("50");
+    assert!(
+        log.contains("a call short of the last one's size waits up to 50 ms for the rest"),
+        "{log}"
+    );
+    // The first two calls are the head start's (one, then the rest).
+    let ones = |sizes: &[usize]| sizes[2..].iter().filter(|&&n| n == 1).count();
+    let mean = |sizes: &[usize]| sizes.len() as f64 / clients as f64;
+    assert!(
+        ones(&greedy) * 3 >= greedy.len() - 2,
+        "without the wait the calls should keep alternating one and seven: {greedy:?}"
+    );
+    assert!(
+        ones(&waiting) * 4 <= waiting.len() - 2,
+        "with the wait the calls should merge: {waiting:?}"
+    );
+    assert!(
+        waiting.len() * 3 <= greedy.len() * 2,
+        "merged calls are fewer: {} with the wait, {} without ({:.2} vs {:.2} calls per client \
+         request): {waiting:?} vs {greedy:?}",
+        waiting.len(),
+        greedy.len(),
+        mean(&waiting),
+        mean(&greedy)
     );
 }

@@ -228,7 +228,7 @@ fn a_batching_plugin_written_for_abi_1_0_is_batched_with_no_byte_limit() {
     let mut s = Server::start(&["--plugin", p.to_str().unwrap()]);
     assert!(
         s.wait_for_log(
-            "batching on (up to 4 requests, any number of bytes per call)",
+            "batching on (up to 4 requests, any number of bytes per call; ",
             Duration::from_secs(10)
         ),
         "{}",

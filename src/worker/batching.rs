@@ -4,9 +4,10 @@
 //! its requests one by one (a sentence-embedding model does about three
 //! times the sentences per second at 32 per forward pass as at one). A
 //! handler thread that picks up work takes every request already queued, up
-//! to the plugin's limits, and makes one `handle_batch` call. There is no
-//! timer: a lone request is served at once, and under load the next batch
-//! forms by itself while the previous one computes. Requests are taken in
+//! to the plugin's limits, and makes one `handle_batch` call. A lone
+//! request is served at once, and under load the next batch forms by itself
+//! while the previous one computes; only a batch short of the previous one
+//! waits briefly for the rest (see `gather`). Requests are taken in
 //! arrival order and a batch never skips one, so none waits behind later
 //! ones; each has its whole body (the loop dispatches only complete
 //! requests, one per connection at a time, so pipelined requests keep
@@ -14,6 +15,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use crate::plugin::Descriptor;
 use crate::plugin::call::Job;
@@ -23,6 +25,8 @@ use crate::plugin::call::Job;
 pub struct Limits {
     pub max_requests: usize,
     pub max_bytes: usize,
+    /// The most a short batch waits to fill (`--batch-wait`); zero: never.
+    pub max_wait: Duration,
 }
 
 /// Whether a worker batches, with what limits, and why.
@@ -32,8 +36,9 @@ pub struct Plan {
     pub reason: String,
 }
 
-/// The plan for `desc` (`no_batch`: `--no-batch` / `M0_NO_BATCH`).
-pub fn decide(desc: &Descriptor, no_batch: bool) -> Plan {
+/// The plan for `desc` (`no_batch`: `--no-batch` / `M0_NO_BATCH`;
+/// `max_wait`: `--batch-wait` / `M0_BATCH_WAIT`).
+pub fn decide(desc: &Descriptor, no_batch: bool, max_wait: Duration) -> Plan {
     let off = |reason: &str| Plan {
         limits: None,
         reason: reason.to_string(),
@@ -49,6 +54,7 @@ pub fn decide(desc: &Descriptor, no_batch: bool) -> Plan {
         limits: Some(Limits {
             max_requests: limit(desc.max_batch),
             max_bytes: limit(desc.max_batch_bytes),
+            max_wait,
         }),
         reason: "the plugin declares M0_CAP_BATCH".to_string(),
     }
@@ -70,9 +76,17 @@ impl Plan {
     pub fn summary(&self) -> String {
         match self.limits {
             Some(l) => format!(
-                "on (up to {}, {} per call)",
+                "on (up to {}, {} per call; {})",
                 bound(l.max_requests, "requests"),
-                bound(l.max_bytes, "bytes")
+                bound(l.max_bytes, "bytes"),
+                if l.max_wait.is_zero() {
+                    "a call takes what is queued: --batch-wait 0".to_string()
+                } else {
+                    format!(
+                        "a call short of the last one's size waits up to {} ms for the rest,                          --batch-wait",
+                        l.max_wait.as_secs_f64() * 1000.0
+                    )
+                }
             ),
             None => format!("off ({})", self.reason),
         }
@@ -107,6 +121,45 @@ pub fn take(queue: &mut VecDeque<Job>, limits: Limits, into: &mut Vec<Job>) {
         bytes = total;
         into.extend(queue.pop_front());
     }
+}
+
+/// The previous call: how many requests it held and how long it took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastCall {
+    pub size: usize,
+    pub took: Duration,
+}
+
+/// A short batch's wait for the requests expected to follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gather {
+    /// Start the call once this many requests are queued...
+    pub want: usize,
+    /// ...or once this much time has passed, whichever comes first.
+    pub wait: Duration,
+}
+
+/// A short batch waits at most this fraction of the previous call's time.
+const GATHER_SHARE: u32 = 8;
+
+/// Whether a thread about to call the plugin with `queued` requests waits
+/// for more first. Under a steady load from clients that send their next
+/// request when the last is answered, taking only what is queued lets the
+/// batches split for good: a lone request that arrived during a call of 15
+/// goes alone, the 15 answered by that call queue behind it and go
+/// together, and so on. Each call pays its fixed cost (an embedding model
+/// streams all its weights once per forward pass, batch of 1 or 16), so
+/// the split costs a whole call per cycle. The clients a call answered
+/// are the ones most likely to send next: when fewer are queued than the
+/// previous call held, the thread waits for the difference, briefly (at
+/// most an eighth of that call's time, and `--batch-wait`), so a load that
+/// has dropped costs one short wait, after which the smaller call sets the
+/// next expectation. A lone client (calls of one) never waits.
+pub fn gather(limits: Limits, queued: usize, last: Option<LastCall>) -> Option<Gather> {
+    let last = last?;
+    let want = last.size.min(limits.max_requests);
+    let wait = (last.took / GATHER_SHARE).min(limits.max_wait);
+    (queued < want && !wait.is_zero()).then_some(Gather { want, wait })
 }
 
 /// Upper bounds of the size buckets the closing line shows (the last one
@@ -168,6 +221,58 @@ impl Sizes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const LIMITS: Limits = Limits {
+        max_requests: 32,
+        max_bytes: 1 << 16,
+        max_wait: Duration::from_millis(2),
+    };
+
+    fn last(size: usize, took_ms: u64) -> Option<LastCall> {
+        Some(LastCall {
+            size,
+            took: Duration::from_millis(took_ms),
+        })
+    }
+
+    #[test]
+    fn a_batch_short_of_the_last_call_waits_for_the_rest_briefly() {
+        // A call of 15 that took 48 ms, one request queued: wait for 14
+        // more, at most 2 ms (an eighth of 48 ms is 6 ms).
+        assert_eq!(
+            gather(LIMITS, 1, last(15, 48)),
+            Some(Gather {
+                want: 15,
+                wait: Duration::from_millis(2)
+            })
+        );
+        // A fast call bounds the wait by an eighth of its time.
+        assert_eq!(
+            gather(LIMITS, 3, last(8, 4)),
+            Some(Gather {
+                want: 8,
+                wait: Duration::from_micros(500)
+            })
+        );
+        // Never for more than one call may hold.
+        assert_eq!(gather(LIMITS, 31, last(40, 80)).map(|g| g.want), Some(32));
+    }
+
+    #[test]
+    fn nothing_waits_without_a_reason_to_expect_more() {
+        // The first call, a lone client, a queue as full as the last call.
+        assert_eq!(gather(LIMITS, 1, None), None);
+        assert_eq!(gather(LIMITS, 1, last(1, 50)), None);
+        assert_eq!(gather(LIMITS, 8, last(8, 50)), None);
+        assert_eq!(gather(LIMITS, 32, last(40, 50)), None);
+        // A call too short to measure, or waiting turned off.
+        assert_eq!(gather(LIMITS, 1, last(8, 0)), None);
+        let greedy = Limits {
+            max_wait: Duration::ZERO,
+            ..LIMITS
+        };
+        assert_eq!(gather(greedy, 1, last(15, 48)), None);
+    }
 
     #[test]
     fn sizes_fall_into_their_buckets() {

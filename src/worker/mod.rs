@@ -116,7 +116,7 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
         .map_err(|e| (1, format!("listener: {e}")))?;
 
     let usable = crate::topology::usable_cpus();
-    let mut batch_plan = batching::decide(&plugin.descriptor, cfg.cli.no_batch);
+    let mut batch_plan = batching::decide(&plugin.descriptor, cfg.cli.no_batch, cfg.cli.batch_wait);
     let plan = sizing::plan(
         &plugin.descriptor,
         cfg.cli.blocking_threads,

@@ -35,6 +35,9 @@ use super::schedstat::{Clock, ThreadSet};
 pub struct Shared {
     queue: Mutex<Queue>,
     work_ready: Condvar,
+    /// The thread gathering a batch waits here, until the queue holds what
+    /// it waits for (see `batching::gather`).
+    gathered: Condvar,
     done: Mutex<Vec<Completion>>,
     waker: mio::Waker,
     /// Set by the loop just before it blocks; a completion that finds it set
@@ -66,6 +69,11 @@ struct Queue {
     /// Indices of threads that have finished, lowest first.
     free_indices: BinaryHeap<Reverse<u32>>,
     stopping: bool,
+    /// While a thread waits for its batch to fill: how many it waits for.
+    /// One thread gathers at a time; the others leave the queue to it.
+    gathering: Option<usize>,
+    /// The last batch call, which sets the next one's expectation.
+    last_call: Option<batching::LastCall>,
 }
 
 /// Measurements the adaptive controller and the logs read.
@@ -122,8 +130,11 @@ impl Pool {
                 next_index: 0,
                 free_indices: BinaryHeap::new(),
                 stopping: false,
+                gathering: None,
+                last_call: None,
             }),
             work_ready: Condvar::new(),
+            gathered: Condvar::new(),
             done: Mutex::new(Vec::with_capacity(64)),
             waker,
             loop_parked: AtomicBool::new(false),
@@ -191,7 +202,10 @@ impl Pool {
                 return Err(Box::new(job));
             }
             q.jobs.push_back(job);
-            q.idle > 0
+            if q.gathering.is_some_and(|want| q.jobs.len() >= want) {
+                self.shared.gathered.notify_one();
+            }
+            q.idle > 0 && q.gathering.is_none()
         };
         if wake {
             self.shared.work_ready.notify_one();
@@ -299,6 +313,7 @@ impl Pool {
             q.stopping = true;
         }
         self.shared.work_ready.notify_all();
+        self.shared.gathered.notify_all();
         let deadline = Instant::now() + timeout;
         let mut left = 0;
         let handles = std::mem::take(&mut *lock(&self.shared.handles));
@@ -469,6 +484,9 @@ fn handler_loop(shared: &Arc<Shared>, mut bufs: CallBuffers) {
     let mut jobs: Vec<Job> = Vec::with_capacity(1);
     let mut outcomes: Vec<Outcome> = Vec::new();
     loop {
+        // Set while this thread waits for its batch to fill: until when,
+        // for how many.
+        let mut gather: Option<(Instant, usize)> = None;
         let took = {
             let mut q = lock(&shared.queue);
             loop {
@@ -480,16 +498,56 @@ fn handler_loop(shared: &Arc<Shared>, mut bufs: CallBuffers) {
                     q.live -= 1;
                     q.retiring += 1;
                     counted_live = false;
+                    if gather.is_some() {
+                        // Leave the jobs it gathered to the others.
+                        q.gathering = None;
+                        shared.work_ready.notify_all();
+                    }
                     break false;
                 }
-                if !q.jobs.is_empty() {
-                    match shared.batch {
-                        Some(limits) => batching::take(&mut q.jobs, limits, &mut jobs),
-                        None => jobs.extend(q.jobs.pop_front()),
+                if !q.jobs.is_empty() && (q.gathering.is_none() || gather.is_some()) {
+                    if let Some(limits) = shared.batch {
+                        if gather.is_none() {
+                            gather = batching::gather(limits, q.jobs.len(), q.last_call)
+                                .map(|g| (Instant::now() + g.wait, g.want));
+                        }
+                        if let Some((until, want)) = gather {
+                            let now = Instant::now();
+                            if q.jobs.len() < want && now < until && !q.stopping {
+                                if unannounced > 0 {
+                                    // The clients the last call answered
+                                    // are what it waits for: the loop must
+                                    // know them done to read their next
+                                    // requests.
+                                    announce(shared);
+                                    unannounced = 0;
+                                }
+                                q.gathering = Some(want);
+                                q = shared
+                                    .gathered
+                                    .wait_timeout(q, until - now)
+                                    .unwrap_or_else(|e| e.into_inner())
+                                    .0;
+                                continue;
+                            }
+                        }
+                        q.gathering = None;
+                        batching::take(&mut q.jobs, limits, &mut jobs);
+                        if !q.jobs.is_empty() && q.idle > 0 {
+                            // Left to the others while this one gathered.
+                            shared.work_ready.notify_one();
+                        }
+                    } else {
+                        jobs.extend(q.jobs.pop_front());
                     }
                     q.busy += 1;
                     watcher.step_down(&shared.watch);
                     break true;
+                }
+                if gather.take().is_some() {
+                    // Another thread took the jobs (a pool that shrank
+                    // or stops leaves the gathering to no one).
+                    q.gathering = None;
                 }
                 if q.stopping {
                     break false;
@@ -525,6 +583,10 @@ fn handler_loop(shared: &Arc<Shared>, mut bufs: CallBuffers) {
             .queue_wait_ns
             .fetch_add(waited, Ordering::Relaxed);
         serve_counted(shared, &jobs, &mut bufs, &mut outcomes);
+        let last_call = batching::LastCall {
+            size: jobs.len(),
+            took: started.elapsed(),
+        };
         if unannounced == 0 {
             first_unannounced = started;
         }
@@ -537,6 +599,7 @@ fn handler_loop(shared: &Arc<Shared>, mut bufs: CallBuffers) {
         let more_queued = {
             let mut q = lock(&shared.queue);
             q.busy -= 1;
+            q.last_call = Some(last_call);
             !q.jobs.is_empty()
         };
         if !more_queued || unannounced >= ANNOUNCE_BATCH {

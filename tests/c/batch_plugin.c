@@ -20,6 +20,9 @@
  *           the requests before it are answered, it and those after are
  *           not (the host answers them 500)
  *   /stats  "calls=<calls so far, this one included> largest=<largest call>"
+ *   /slow   the whole call first sleeps 100 ms, once however many requests
+ *           it holds (as a model's forward pass costs about the same for
+ *           one sentence or eight); then answers as usual
  *
  * Build: cc -std=c11 -Wall -Wextra -Werror -fPIC -shared -fvisibility=hidden
  *        -Iinclude tests/c/batch_plugin.c -o libbatch_plugin.so
@@ -137,6 +140,13 @@ static int32_t handle_batch(void *state, const M0Request *const *requests, M0Res
     for (size_t i = 0; i < count; i++) {
         if (path_is(requests[i], "/gate")) {
             wait_for_gate(seq, count);
+            break;
+        }
+    }
+    for (size_t i = 0; i < count; i++) {
+        if (path_is(requests[i], "/slow")) {
+            const struct timespec slow = {0, 100000000};
+            nanosleep(&slow, NULL);
             break;
         }
     }
