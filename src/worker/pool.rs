@@ -545,8 +545,9 @@ fn handler_loop(shared: &Arc<Shared>, mut bufs: CallBuffers) {
                     break true;
                 }
                 if gather.take().is_some() {
-                    // Another thread took the jobs (a pool that shrank
-                    // or stops leaves the gathering to no one).
+                    // The queue emptied while this thread gathered. No
+                    // other thread takes from it meanwhile, but a mark left
+                    // behind would keep every other thread off the queue.
                     q.gathering = None;
                 }
                 if q.stopping {
