@@ -587,6 +587,26 @@ fn with_batching_on_the_pool_is_fixed_at_the_usable_cpus_per_compute_thread() {
     assert_ne!(threads["source"], "adaptive", "{j:#}");
 }
 
+/// Workers that share the CPUs split them: each runs one batch per CPU of
+/// its part (rounded up), not one per CPU of the machine, in `--doctor` and
+/// in each worker's start line.
+#[test]
+fn workers_that_share_the_cpus_run_one_batch_per_cpu_of_their_part() {
+    let _serial = serial();
+    let j = doctor(&["--workers", "2"], &[]);
+    let usable = j["topology"]["usable_cpus"].as_u64().expect("usable_cpus") as usize;
+    let part = usable.div_ceil(2);
+    let threads = &j["topology"]["handler_threads"];
+    for key in ["initial", "min", "max"] {
+        assert_eq!(threads[key], part, "handler_threads.{key}: {j:#}");
+    }
+    let gate = Gate::new("shared_cpus");
+    let s = start(&gate, &["--workers", "2"]);
+    let line =
+        format!("with {part} handler thread(s) (the plugin batches: {part} batch(es) at once");
+    assert_eq!(s.wait_for_log_count(&line, 2, WAIT), 2, "{}", s.log());
+}
+
 /// The closing line's counts: (calls, requests, mean, sizes histogram).
 fn closing_line(log: &str) -> (u64, u64, f64, Vec<u64>) {
     let line = log

@@ -8,9 +8,10 @@
 //! it starts at 2: one in the call, one ready to take the lock the moment it
 //! is free. A reentrant native plugin starts at the usable CPUs divided by
 //! the threads each call computes with. A plugin that takes batches gets a
-//! fixed pool of one thread per batch the CPUs can compute at once: a
-//! thread more only splits the queue into smaller batches (see
-//! `batching.rs`). `--blocking-threads` overrides all of these and turns
+//! fixed pool of one thread per batch the worker's part of the CPUs can
+//! compute at once: a thread more only splits the queue into smaller
+//! batches (see `batching.rs`), and workers on the same CPUs would run more
+//! batches than there are CPUs. `--blocking-threads` overrides all of these and turns
 //! adaptation off.
 //!
 //! Workers inherit the supervisor's CPUs, so with several they share them:
@@ -47,8 +48,8 @@ pub fn plan(
     workers: usize,
     batching: bool,
 ) -> PoolPlan {
-    let mut plan = plan_alone(desc, configured, usable_cpus, batching);
     let workers = workers.max(1);
+    let mut plan = plan_alone(desc, configured, usable_cpus, workers, batching);
     plan.workers = workers;
     if plan.adaptive && workers > 1 {
         // The worker's part of the CPUs, rounded up, instead of all of them.
@@ -73,6 +74,7 @@ fn plan_alone(
     desc: &Descriptor,
     configured: Option<u32>,
     usable_cpus: usize,
+    workers: usize,
     batching: bool,
 ) -> PoolPlan {
     let cap = desc.concurrency_cap() as usize;
@@ -112,7 +114,7 @@ fn plan_alone(
         };
     }
     if batching {
-        return batch_plan(desc, usable_cpus, cap);
+        return batch_plan(desc, usable_cpus, workers, cap);
     }
     let max = ADAPTIVE_MAX.min(cap);
     let (initial, why) = match desc.process_lock {
@@ -146,8 +148,12 @@ fn plan_alone(
 
 /// The fixed pool of a batching plugin: under load each thread takes what
 /// queued while it computed, so threads beyond the batches the CPUs can
-/// compute at once only make batches smaller.
-fn batch_plan(desc: &Descriptor, usable_cpus: usize, cap: usize) -> PoolPlan {
+/// compute at once only make batches smaller. Workers that share the CPUs
+/// take their part of them, rounded up: two workers of the native embed
+/// plugin on two CPUs with two threads each ran four batches on two CPUs,
+/// and at 32 connections answered as many sentences as with one thread
+/// each, at 1.6x the p99.
+fn batch_plan(desc: &Descriptor, usable_cpus: usize, workers: usize, cap: usize) -> PoolPlan {
     let per_call = desc.compute_threads.max(1) as usize;
     let (size, reason) = match desc.process_lock {
         ProcessLock::Held => (
@@ -157,12 +163,18 @@ fn batch_plan(desc: &Descriptor, usable_cpus: usize, cap: usize) -> PoolPlan {
                 .to_string(),
         ),
         _ => {
-            let size = (usable_cpus / per_call).clamp(1, cap);
+            let part = usable_cpus.div_ceil(workers).max(1);
+            let size = (part / per_call).clamp(1, cap);
+            let cpus = if workers > 1 {
+                format!("{part} of the {usable_cpus} usable CPUs that {workers} workers share")
+            } else {
+                format!("{usable_cpus} usable CPUs")
+            };
             (
                 size,
                 format!(
                     "the plugin batches: {size} batch(es) at once, {per_call} compute thread(s) each on \
-                     {usable_cpus} usable CPUs; more threads would only split the batches"
+                     {cpus}; more threads would only split the batches"
                 ),
             )
         }
@@ -322,9 +334,22 @@ mod tests {
         let native = desc(CallModel::Reentrant, ProcessLock::None, 1);
         assert_eq!(plan(&native, None, 8, 2, false).initial, 4);
         assert_eq!(plan(&native, None, 2, 4, false).initial, 1);
-        // Fixed sizes and batching plans are the user's or the plugin's.
+        // Fixed sizes are the user's.
         assert_eq!(plan(&wsgi, Some(3), 2, 2, false).initial, 3);
-        assert_eq!(plan(&native, None, 4, 2, true).initial, 4);
+        assert_eq!(plan(&native, Some(3), 4, 2, true).initial, 3);
+        // A batching plugin's pool: one batch per CPU of the worker's part,
+        // rounded up.
+        let p = plan(&native, None, 4, 2, true);
+        assert_eq!((p.initial, p.max, p.adaptive), (2, 2, false));
+        assert!(
+            p.reason
+                .contains("2 of the 4 usable CPUs that 2 workers share"),
+            "{}",
+            p.reason
+        );
+        assert_eq!(plan(&native, None, 2, 2, true).initial, 1);
+        assert_eq!(plan(&native, None, 4, 3, true).initial, 2);
+        assert_eq!(plan(&native, None, 2, 4, true).initial, 1);
     }
 
     #[test]
