@@ -154,7 +154,9 @@ const GATHER_SHARE: u32 = 8;
 /// previous call held, the thread waits for the difference, briefly (at
 /// most an eighth of that call's time, and `--batch-wait`), so a load that
 /// has dropped costs one short wait, after which the smaller call sets the
-/// next expectation. A lone client (calls of one) never waits.
+/// next expectation. A lone client (calls of one) never waits, and neither
+/// does a pool of more than one thread (the pool decides that: a later
+/// request goes to another thread, beside this call).
 pub fn gather(limits: Limits, queued: usize, last: Option<LastCall>) -> Option<Gather> {
     let last = last?;
     let want = last.size.min(limits.max_requests);
