@@ -83,7 +83,8 @@ impl Plan {
                     "a call takes what is queued: --batch-wait 0".to_string()
                 } else {
                     format!(
-                        "a call short of the last one's size waits up to {} ms for the rest,                          --batch-wait",
+                        "a call short of the last one's size waits up to {} ms for the rest, \
+                         --batch-wait",
                         l.max_wait.as_secs_f64() * 1000.0
                     )
                 }

@@ -69,8 +69,9 @@ struct Queue {
     /// Indices of threads that have finished, lowest first.
     free_indices: BinaryHeap<Reverse<u32>>,
     stopping: bool,
-    /// While a thread waits for its batch to fill: how many it waits for.
-    /// One thread gathers at a time; the others leave the queue to it.
+    /// While the pool's one thread waits for its batch to fill (only a pool
+    /// of one waits, see `handler_loop`): how many it waits for. Set only
+    /// for the wait itself, so it is never left behind.
     gathering: Option<usize>,
     /// The last batch call, which sets the next one's expectation.
     last_call: Option<batching::LastCall>,
@@ -205,7 +206,7 @@ impl Pool {
             if q.gathering.is_some_and(|want| q.jobs.len() >= want) {
                 self.shared.gathered.notify_one();
             }
-            q.idle > 0 && q.gathering.is_none()
+            q.idle > 0
         };
         if wake {
             self.shared.work_ready.notify_one();
@@ -498,14 +499,9 @@ fn handler_loop(shared: &Arc<Shared>, mut bufs: CallBuffers) {
                     q.live -= 1;
                     q.retiring += 1;
                     counted_live = false;
-                    if gather.is_some() {
-                        // Leave the jobs it gathered to the others.
-                        q.gathering = None;
-                        shared.work_ready.notify_all();
-                    }
                     break false;
                 }
-                if !q.jobs.is_empty() && (q.gathering.is_none() || gather.is_some()) {
+                if !q.jobs.is_empty() {
                     if let Some(limits) = shared.batch {
                         if gather.is_none() && q.target == 1 {
                             // Only a pool of one thread waits: with more,
@@ -534,27 +530,17 @@ fn handler_loop(shared: &Arc<Shared>, mut bufs: CallBuffers) {
                                     .wait_timeout(q, until - now)
                                     .unwrap_or_else(|e| e.into_inner())
                                     .0;
+                                q.gathering = None;
                                 continue;
                             }
                         }
-                        q.gathering = None;
                         batching::take(&mut q.jobs, limits, &mut jobs);
-                        if !q.jobs.is_empty() && q.idle > 0 {
-                            // Left to the others while this one gathered.
-                            shared.work_ready.notify_one();
-                        }
                     } else {
                         jobs.extend(q.jobs.pop_front());
                     }
                     q.busy += 1;
                     watcher.step_down(&shared.watch);
                     break true;
-                }
-                if gather.take().is_some() {
-                    // The queue emptied while this thread gathered. No
-                    // other thread takes from it meanwhile, but a mark left
-                    // behind would keep every other thread off the queue.
-                    q.gathering = None;
                 }
                 if q.stopping {
                     break false;

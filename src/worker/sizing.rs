@@ -11,8 +11,8 @@
 //! fixed pool of one thread per batch the worker's part of the CPUs can
 //! compute at once: a thread more only splits the queue into smaller
 //! batches (see `batching.rs`), and workers on the same CPUs would run more
-//! batches than there are CPUs. `--blocking-threads` overrides all of these and turns
-//! adaptation off.
+//! batches than there are CPUs. `--blocking-threads` overrides all of these
+//! and turns adaptation off.
 //!
 //! Workers inherit the supervisor's CPUs, so with several they share them:
 //! an adaptive pool then starts from the worker's part of the CPUs (at
@@ -52,8 +52,8 @@ pub fn plan(
     let mut plan = plan_alone(desc, configured, usable_cpus, workers, batching);
     plan.workers = workers;
     if plan.adaptive && workers > 1 {
-        // The worker's part of the CPUs, rounded up, instead of all of them.
-        let part = usable_cpus.div_ceil(workers).max(1);
+        // The worker's part of the CPUs instead of all of them.
+        let part = worker_part(usable_cpus, workers);
         let initial = match desc.process_lock {
             ProcessLock::Held => part.min(2),
             ProcessLock::Released => part.max(1),
@@ -68,6 +68,11 @@ pub fn plan(
         );
     }
     plan
+}
+
+/// A worker's part of the CPUs its siblings share with it, rounded up.
+fn worker_part(usable_cpus: usize, workers: usize) -> usize {
+    usable_cpus.div_ceil(workers).max(1)
 }
 
 fn plan_alone(
@@ -163,7 +168,7 @@ fn batch_plan(desc: &Descriptor, usable_cpus: usize, workers: usize, cap: usize)
                 .to_string(),
         ),
         _ => {
-            let part = usable_cpus.div_ceil(workers).max(1);
+            let part = worker_part(usable_cpus, workers);
             let size = (part / per_call).clamp(1, cap);
             let cpus = if workers > 1 {
                 format!("{part} of the {usable_cpus} usable CPUs that {workers} workers share")
