@@ -52,6 +52,10 @@ pub struct Block {
     /// `handle_batch` calls per size bucket, the last above the largest.
     pub batches: [AtomicU64; BATCH_BOUNDS.len() + 1],
     pub batched_requests: AtomicU64,
+    /// Short batch calls that waited for more requests, and those of them
+    /// the queue filled before the wait ran out (`--batch-wait`).
+    pub batch_waits: AtomicU64,
+    pub batch_waits_filled: AtomicU64,
     // Gauges.
     pub open_connections: AtomicU64,
     pub handler_threads: AtomicU64,
@@ -80,7 +84,11 @@ impl Block {
                 &self.handed_over,
             ])
             .chain(&self.batches)
-            .chain([&self.batched_requests])
+            .chain([
+                &self.batched_requests,
+                &self.batch_waits,
+                &self.batch_waits_filled,
+            ])
     }
 
     fn gauges(&self) -> [&AtomicU64; 4] {

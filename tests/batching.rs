@@ -890,7 +890,8 @@ fn closed_loop_sizes(server: &Server, clients: usize, rounds: usize) -> Vec<usiz
 /// split into two alternating calls for good when each call takes only
 /// what is queued (`--batch-wait 0`): a call of one, then the other seven,
 /// and again. With the wait, a call that would hold fewer than the last
-/// one waits for the rest, and the calls hold all eight. Counts only: the
+/// one held plus the requests queued behind it waits for the rest, and the
+/// calls hold all eight. Counts only: the
 /// wait is bounded by an eighth of the fixture's 100 ms call (12.5 ms),
 /// which the seven clients' next requests need far less than.
 #[test]
@@ -917,10 +918,16 @@ fn a_short_batch_waits_for_the_clients_the_last_call_answered() {
         log.contains("a call takes what is queued: --batch-wait 0"),
         "{log}"
     );
+    assert_eq!(short_call_waits(&log).0, 0, "{log}");
     let (waiting, log) = sizes_of("50");
     assert!(
         log.contains("a call short of the last one's size waits up to 50 ms for the rest"),
         "{log}"
+    );
+    let (waits, filled) = short_call_waits(&log);
+    assert!(
+        waits > 0 && filled > 0,
+        "the closing line counts the waits: {log}"
     );
     // The first two calls are the head start's (one, then the rest).
     let ones = |sizes: &[usize]| sizes[2..].iter().filter(|&&n| n == 1).count();
@@ -933,6 +940,16 @@ fn a_short_batch_waits_for_the_clients_the_last_call_answered() {
         ones(&waiting) * 4 <= waiting.len() - 2,
         "with the wait the calls should merge: {waiting:?}"
     );
+    // The head start's client is back by the time the other seven's first
+    // call ends, and every call after holds all eight: the requests queued
+    // behind a call count with the clients it answered (counting only the
+    // answered, a call of seven waited for seven and the eighth missed
+    // every call in turn).
+    let full = waiting[1..].iter().filter(|&&n| n == clients).count();
+    assert!(
+        full * 4 >= (waiting.len() - 1) * 3,
+        "with the wait the calls should hold all {clients}: {waiting:?}"
+    );
     assert!(
         waiting.len() * 3 <= greedy.len() * 2,
         "merged calls are fewer: {} with the wait, {} without ({:.2} vs {:.2} calls per client \
@@ -942,4 +959,59 @@ fn a_short_batch_waits_for_the_clients_the_last_call_answered() {
         mean(&waiting),
         mean(&greedy)
     );
+}
+
+/// The same clients in a pool of two threads: a request that arrives while
+/// one thread computes goes to the other thread, beside that call, so no
+/// call waits for a fuller batch (one that did merged both threads' clients
+/// into one call on one CPU of two). Counts from the closing line: a pool
+/// of one thread, run first on the same load, does wait.
+#[test]
+fn a_pool_of_two_threads_never_holds_a_call_back_for_more() {
+    let _serial = serial();
+    let gate = Gate::new("gather_two");
+    let clients = MAX_BATCH;
+    let rounds = 10;
+    let waits_of = |threads: &str| {
+        let mut s = start(
+            &gate,
+            &["--blocking-threads", threads, "--batch-wait", "50"],
+        );
+        let sizes = closed_loop_sizes(&s, clients, rounds);
+        s.signal(libc::SIGTERM);
+        assert_eq!(
+            s.wait_exit(WAIT).and_then(|st| st.code()),
+            Some(0),
+            "{}",
+            s.log()
+        );
+        assert_eq!(sizes.iter().sum::<usize>(), clients * rounds, "{sizes:?}");
+        let log = s.log();
+        (short_call_waits(&log).0, sizes, log)
+    };
+    let (one, sizes, log) = waits_of("1");
+    assert!(
+        one > 0,
+        "a one-thread pool waits on this load: {sizes:?}\n{log}"
+    );
+    let (two, sizes, log) = waits_of("2");
+    assert_eq!(
+        two, 0,
+        "a two-thread pool never waits (calls {sizes:?}):\n{log}"
+    );
+}
+
+/// (waits, filled) of the closing line's "N short call(s) waited for more,
+/// M filled".
+fn short_call_waits(log: &str) -> (u64, u64) {
+    let line = log
+        .lines()
+        .find(|l| l.contains(" short call(s) waited for more, "))
+        .unwrap_or_else(|| panic!("no short-call count in the closing line:\n{log}"));
+    let rest = line.split("; ").last().unwrap_or_default();
+    let words: Vec<&str> = rest.split_whitespace().collect();
+    // "{waits} short call(s) waited for more, {filled} filled"
+    let waits = words[0].parse().unwrap_or_else(|_| panic!("{line}"));
+    let filled = words[6].parse().unwrap_or_else(|_| panic!("{line}"));
+    (waits, filled)
 }

@@ -124,11 +124,13 @@ pub fn take(queue: &mut VecDeque<Job>, limits: Limits, into: &mut Vec<Job>) {
     }
 }
 
-/// The previous call: how many requests it held and how long it took.
+/// The previous call: how many requests it held, how long it took, and
+/// how many were queued behind it when it ended (they arrived during it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LastCall {
     pub size: usize,
     pub took: Duration,
+    pub behind: usize,
 }
 
 /// A short batch's wait for the requests expected to follow.
@@ -151,16 +153,20 @@ const GATHER_SHARE: u32 = 8;
 /// together, and so on. Each call pays its fixed cost (an embedding model
 /// streams all its weights once per forward pass, batch of 1 or 16), so
 /// the split costs a whole call per cycle. The clients a call answered
-/// are the ones most likely to send next: when fewer are queued than the
-/// previous call held, the thread waits for the difference, briefly (at
-/// most an eighth of that call's time, and `--batch-wait`), so a load that
-/// has dropped costs one short wait, after which the smaller call sets the
-/// next expectation. A lone client (calls of one) never waits, and neither
-/// does a pool of more than one thread (the pool decides that: a later
-/// request goes to another thread, beside this call).
+/// are the ones most likely to send next, on top of the requests that
+/// arrived during it: when fewer are queued than the two together, the
+/// thread waits for the difference, briefly (at most an eighth of that
+/// call's time, and `--batch-wait`), so a load that has dropped costs one
+/// short wait, after which the smaller call sets the next expectation.
+/// Counting only the answered clients left the calls one short for good:
+/// a call of 7 waited for 7, and the eighth client, which had sent during
+/// the call of 1 before, missed every call in turn. A lone client (calls of
+/// one, nothing behind them) never waits, and neither does a pool of more
+/// than one thread (the pool decides that: a later request goes to another
+/// thread, beside this call).
 pub fn gather(limits: Limits, queued: usize, last: Option<LastCall>) -> Option<Gather> {
     let last = last?;
-    let want = last.size.min(limits.max_requests);
+    let want = (last.size + last.behind).min(limits.max_requests);
     let wait = (last.took / GATHER_SHARE).min(limits.max_wait);
     (queued < want && !wait.is_zero()).then_some(Gather { want, wait })
 }
@@ -177,12 +183,15 @@ const BUCKETS: [(usize, &str); 7] = [
     (usize::MAX, "64+"),
 ];
 
-/// Batch calls made and their sizes.
+/// Batch calls made and their sizes, and the short calls that waited for
+/// more (`gather`).
 #[derive(Default)]
 pub struct Sizes {
     calls: AtomicU64,
     requests: AtomicU64,
     buckets: [AtomicU64; BUCKETS.len()],
+    waits: AtomicU64,
+    waits_filled: AtomicU64,
 }
 
 impl Sizes {
@@ -205,8 +214,27 @@ impl Sizes {
         self.buckets[bucket].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Short calls that waited for more requests, and those the queue
+    /// filled.
+    pub fn waits(&self) -> (u64, u64) {
+        (
+            self.waits.load(Ordering::Relaxed),
+            self.waits_filled.load(Ordering::Relaxed),
+        )
+    }
+
+    /// A short call waited for more requests; `filled`: the queue reached
+    /// what it waited for before the time ran out.
+    pub fn record_wait(&self, filled: bool) {
+        self.waits.fetch_add(1, Ordering::Relaxed);
+        if filled {
+            self.waits_filled.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// "batching: 12 call(s) for 65 request(s), mean 5.42 per call; sizes
-    /// 1:2 2-3:1 ...", for the closing line.
+    /// 1:2 2-3:1 ...; 3 short call(s) waited for more, 2 filled", for the
+    /// closing line.
     pub fn summary(&self) -> String {
         let calls = self.calls.load(Ordering::Relaxed);
         let requests = self.requests.load(Ordering::Relaxed);
@@ -217,6 +245,10 @@ impl Sizes {
         for ((_, name), count) in BUCKETS.iter().zip(&self.buckets) {
             line.push_str(&format!(" {name}:{}", count.load(Ordering::Relaxed)));
         }
+        let (waits, filled) = self.waits();
+        line.push_str(&format!(
+            "; {waits} short call(s) waited for more, {filled} filled"
+        ));
         line
     }
 }
@@ -235,6 +267,7 @@ mod tests {
         Some(LastCall {
             size,
             took: Duration::from_millis(took_ms),
+            behind: 0,
         })
     }
 
@@ -262,6 +295,32 @@ mod tests {
     }
 
     #[test]
+    fn the_requests_that_arrived_during_the_last_call_count_too() {
+        // A call of 7 with one request queued behind it: that one and the
+        // seven answered clients make 8.
+        let behind_one = Some(LastCall {
+            behind: 1,
+            ..last(7, 48).unwrap()
+        });
+        assert_eq!(gather(LIMITS, 1, behind_one).map(|g| g.want), Some(8));
+        assert_eq!(gather(LIMITS, 7, behind_one).map(|g| g.want), Some(8));
+        assert_eq!(gather(LIMITS, 8, behind_one), None);
+        // A call of one with seven behind it: the eighth is its client.
+        let ones = Some(LastCall {
+            behind: 7,
+            ..last(1, 48).unwrap()
+        });
+        assert_eq!(gather(LIMITS, 7, ones).map(|g| g.want), Some(8));
+        // Never past what one call may hold.
+        let full = Some(LastCall {
+            behind: 30,
+            ..last(32, 48).unwrap()
+        });
+        assert_eq!(gather(LIMITS, 31, full).map(|g| g.want), Some(32));
+        assert_eq!(gather(LIMITS, 32, full), None);
+    }
+
+    #[test]
     fn nothing_waits_without_a_reason_to_expect_more() {
         // The first call, a lone client, a queue as full as the last call.
         assert_eq!(gather(LIMITS, 1, None), None);
@@ -283,9 +342,13 @@ mod tests {
         for n in [1, 2, 3, 4, 8, 31, 32, 64, 1000] {
             sizes.record(n);
         }
+        for filled in [true, false, true] {
+            sizes.record_wait(filled);
+        }
         assert_eq!(
             sizes.summary(),
-            "batching: 9 call(s) for 1145 request(s), mean 127.22 per call; sizes 1:1 2-3:2 4-7:1 8-15:1 16-31:1 32-63:1 64+:2"
+            "batching: 9 call(s) for 1145 request(s), mean 127.22 per call; sizes 1:1 2-3:2 4-7:1 8-15:1 16-31:1 32-63:1 64+:2; \
+             3 short call(s) waited for more, 2 filled"
         );
     }
 }

@@ -27,6 +27,8 @@ struct Published {
     received: u64,
     batches: [u64; BATCH_BOUNDS.len() + 1],
     batched_requests: u64,
+    batch_waits: u64,
+    batch_waits_filled: u64,
 }
 
 /// What the event loop knows that the pool does not.
@@ -86,8 +88,8 @@ impl WorkerMetrics {
     pub fn publish(&mut self, pool: &Pool, counts: &LoopCounts, now: Instant) {
         self.next_publish = now + PUBLISH_EVERY;
         let stats = pool.stats();
-        let (calls, requests, buckets) = stats.batches.snapshot();
-        let _ = calls;
+        let (_, requests, buckets) = stats.batches.snapshot();
+        let (batch_waits, batch_waits_filled) = stats.batches.waits();
         let now_values = Published {
             queue_wait_ns: stats.queue_wait_ns.load(Ordering::Relaxed),
             lock_wait_ns: LOCK_WAIT_NS.load(Ordering::Relaxed),
@@ -100,6 +102,8 @@ impl WorkerMetrics {
             received: counts.received,
             batches: buckets,
             batched_requests: requests,
+            batch_waits,
+            batch_waits_filled,
         };
         let last = std::mem::replace(&mut self.last, now_values);
         let block = self.page.block(self.index);
@@ -125,6 +129,12 @@ impl WorkerMetrics {
             &block.batched_requests,
             n.batched_requests,
             last.batched_requests,
+        );
+        add(&block.batch_waits, n.batch_waits, last.batch_waits);
+        add(
+            &block.batch_waits_filled,
+            n.batch_waits_filled,
+            last.batch_waits_filled,
         );
         let (queued, _) = pool.load();
         let (threads, _) = pool.size();
@@ -195,7 +205,7 @@ impl WorkerMetrics {
         );
         m.line("m0serve_request_duration_seconds_count", cumulative as f64);
 
-        let counters: [(&str, &str, Field, f64); 12] = [
+        let counters: [(&str, &str, Field, f64); 14] = [
             (
                 "m0serve_received_bytes_total",
                 "Request bytes received (heads and bodies).",
@@ -266,6 +276,18 @@ impl WorkerMetrics {
                 "m0serve_batched_requests_total",
                 "Requests handed to the plugin in handle_batch calls.",
                 &|b| &b.batched_requests,
+                1.0,
+            ),
+            (
+                "m0serve_batch_waits_total",
+                "Batch calls short of the previous call's size that waited for more requests (--batch-wait).",
+                &|b| &b.batch_waits,
+                1.0,
+            ),
+            (
+                "m0serve_batch_waits_filled_total",
+                "Batch waits that the queue filled before they ran out.",
+                &|b| &b.batch_waits_filled,
                 1.0,
             ),
         ];

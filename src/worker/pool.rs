@@ -534,6 +534,9 @@ fn handler_loop(shared: &Arc<Shared>, mut bufs: CallBuffers) {
                                 continue;
                             }
                         }
+                        if let Some((_, want)) = gather {
+                            shared.stats.batches.record_wait(q.jobs.len() >= want);
+                        }
                         batching::take(&mut q.jobs, limits, &mut jobs);
                     } else {
                         jobs.extend(q.jobs.pop_front());
@@ -576,10 +579,7 @@ fn handler_loop(shared: &Arc<Shared>, mut bufs: CallBuffers) {
             .queue_wait_ns
             .fetch_add(waited, Ordering::Relaxed);
         serve_counted(shared, &jobs, &mut bufs, &mut outcomes);
-        let last_call = batching::LastCall {
-            size: jobs.len(),
-            took: started.elapsed(),
-        };
+        let (size, took) = (jobs.len(), started.elapsed());
         if unannounced == 0 {
             first_unannounced = started;
         }
@@ -592,7 +592,11 @@ fn handler_loop(shared: &Arc<Shared>, mut bufs: CallBuffers) {
         let more_queued = {
             let mut q = lock(&shared.queue);
             q.busy -= 1;
-            q.last_call = Some(last_call);
+            q.last_call = Some(batching::LastCall {
+                size,
+                took,
+                behind: q.jobs.len(),
+            });
             !q.jobs.is_empty()
         };
         if !more_queued || unannounced >= ANNOUNCE_BATCH {
