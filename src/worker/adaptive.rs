@@ -56,6 +56,11 @@
 //!   load (calls in flight, completions per second) has not changed by a
 //!   quarter, for up to `LOST_MEMORY`: it would lose again, and each trial
 //!   costs the p99 of its window.
+//! - A step down that lost is judged again on the window after going back
+//!   (before, trial, after): when the larger pool does no better there than
+//!   the trial did, the machine slowed down under the trial (other tenants
+//!   on a shared host), and the pool returns to the smaller size. Not for
+//!   pools whose threads block.
 //!
 //! A pool whose busy threads block keeps spare threads: one in eight
 //! beyond the most that were busy at once, at least one. A request that
@@ -296,6 +301,16 @@ struct Probe {
     baseline_in_flight: f64,
 }
 
+/// A step down that lost, judged again on the window after going back:
+/// the size it tried and what it served there.
+#[derive(Clone, Copy)]
+struct Recheck {
+    size: usize,
+    rate: f64,
+    latency: f64,
+    share: f64,
+}
+
 /// A probe that lost: from which size, under which load, and when.
 #[derive(Clone, Copy)]
 struct Lost {
@@ -348,6 +363,8 @@ pub struct Controller {
     stalls_runnable: u64,
     /// The last probe that lost, by direction (up, down).
     lost: [Option<Lost>; 2],
+    /// A step down that lost, to be judged again (see `recheck`).
+    recheck: Option<Recheck>,
     /// Probes not started since they lost at the same size and load.
     not_repeated: u64,
     /// Why the pool has its size, for the closing line.
@@ -390,6 +407,7 @@ impl Controller {
             stall_mark: None,
             stalls_runnable: 0,
             lost: [None; 2],
+            recheck: None,
             not_repeated: 0,
             blocked_step: 0,
             peak_busy: 0,
@@ -696,6 +714,31 @@ impl Controller {
             return;
         }
 
+        // 3a. A step down that lost, against the window after going back.
+        if let Some(r) = self.recheck.take()
+            && target > r.size
+            && !blocking
+            && r.rate >= rate * DOWN_KEEP.max(1.0 - r.share / 4.0)
+            && r.latency <= latency * DOWN_LATENCY
+        {
+            // The larger pool did no better than the trial: the machine
+            // slowed down under the trial (other tenants), not the pool.
+            // Judged on its window alone, such a trial left a GIL-holding
+            // view on two threads for up to `LOST_MEMORY` (x1 unpinned: three
+            // runs of eighteen ended on two threads, 4-7 s of lock waits).
+            self.lost[Direction::Down as usize] = None;
+            self.cooldown = COOLDOWN_MIN;
+            self.next_probe = now + self.cooldown;
+            let why = format!(
+                "fewer threads served as much: {:.0}/s vs {rate:.0}/s after going back, {:.2} vs {:.2} ms in the pool",
+                r.rate,
+                r.latency / 1e6,
+                latency / 1e6
+            );
+            self.set(pool, r.size, now, &why);
+            return;
+        }
+
         // 3b. A probe's verdict.
         if let Some(probe) = self.probe.take() {
             // Perfect scaling would change the rate by step/size; ask for half
@@ -756,6 +799,14 @@ impl Controller {
                     probe.baseline_latency / 1e6
                 );
                 self.set(pool, probe.previous, now, &why);
+                if probe.direction == Direction::Down {
+                    self.recheck = Some(Recheck {
+                        size: target,
+                        rate,
+                        latency,
+                        share,
+                    });
+                }
                 self.lost[probe.direction as usize] = Some(Lost {
                     from: probe.previous,
                     in_flight: probe.baseline_in_flight,
