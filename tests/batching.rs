@@ -886,6 +886,27 @@ fn closed_loop_sizes(server: &Server, clients: usize, rounds: usize) -> Vec<usiz
     by_call.into_values().collect()
 }
 
+/// A server with `args` under `closed_loop_sizes`, stopped cleanly: the
+/// sizes of its calls, every request counted once, and its log.
+fn closed_loop_run(
+    gate: &Gate,
+    args: &[&str],
+    clients: usize,
+    rounds: usize,
+) -> (Vec<usize>, String) {
+    let mut s = start(gate, args);
+    let sizes = closed_loop_sizes(&s, clients, rounds);
+    s.signal(libc::SIGTERM);
+    assert_eq!(
+        s.wait_exit(WAIT).and_then(|st| st.code()),
+        Some(0),
+        "{}",
+        s.log()
+    );
+    assert_eq!(sizes.iter().sum::<usize>(), clients * rounds, "{sizes:?}");
+    (sizes, s.log())
+}
+
 /// Clients that send again when answered, one of them ahead of the others,
 /// split into two alternating calls for good when each call takes only
 /// what is queued (`--batch-wait 0`): a call of one, then the other seven,
@@ -901,17 +922,12 @@ fn a_short_batch_waits_for_the_clients_the_last_call_answered() {
     let clients = MAX_BATCH;
     let rounds = 10;
     let sizes_of = |wait: &str| {
-        let mut s = start(&gate, &["--blocking-threads", "1", "--batch-wait", wait]);
-        let sizes = closed_loop_sizes(&s, clients, rounds);
-        s.signal(libc::SIGTERM);
-        assert_eq!(
-            s.wait_exit(WAIT).and_then(|st| st.code()),
-            Some(0),
-            "{}",
-            s.log()
-        );
-        assert_eq!(sizes.iter().sum::<usize>(), clients * rounds, "{sizes:?}");
-        (sizes, s.log())
+        closed_loop_run(
+            &gate,
+            &["--blocking-threads", "1", "--batch-wait", wait],
+            clients,
+            rounds,
+        )
     };
     let (greedy, log) = sizes_of("0");
     assert!(
@@ -973,20 +989,12 @@ fn a_pool_of_two_threads_never_holds_a_call_back_for_more() {
     let clients = MAX_BATCH;
     let rounds = 10;
     let waits_of = |threads: &str| {
-        let mut s = start(
+        let (sizes, log) = closed_loop_run(
             &gate,
             &["--blocking-threads", threads, "--batch-wait", "50"],
+            clients,
+            rounds,
         );
-        let sizes = closed_loop_sizes(&s, clients, rounds);
-        s.signal(libc::SIGTERM);
-        assert_eq!(
-            s.wait_exit(WAIT).and_then(|st| st.code()),
-            Some(0),
-            "{}",
-            s.log()
-        );
-        assert_eq!(sizes.iter().sum::<usize>(), clients * rounds, "{sizes:?}");
-        let log = s.log();
         (short_call_waits(&log).0, sizes, log)
     };
     let (one, sizes, log) = waits_of("1");

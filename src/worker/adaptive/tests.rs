@@ -184,19 +184,22 @@ fn a_lock_holding_view_on_one_cpu_settles_on_one_thread() {
     assert!(share_at(&sizes, 1) > 0.8, "{sizes:?}");
 }
 
-#[test]
-fn a_lock_holding_view_on_two_cpus_steps_down_to_one_thread() {
-    // 1 ms of Python per request with the GIL held, one worker on two
-    // CPUs: it uses one of them whatever its threads, so the CPUs never
-    // look saturated, and a second thread only queues for the lock
-    // (measured: fixed 2 served 0.80-0.95x of fixed 1).
-    let view = View {
+/// 1 ms of Python per request with the GIL held, one worker on two CPUs:
+/// it uses one of them whatever its threads, so the CPUs never look
+/// saturated, and a second thread only queues for the lock (measured:
+/// fixed 2 served 0.80-0.95x of fixed 1).
+fn gil_holding_on_two_cpus() -> View {
+    View {
         cpus: 2,
         capacity: |n| 1250.0 * (1.0 - 0.1 * (n - 1).min(2) as f64),
         lock_share: |n| 0.9 * (n - 1) as f64 / n as f64,
         cpu_busy: |_| 1.05,
-    };
-    let sizes = settle(8, 2, view, 40, 20);
+    }
+}
+
+#[test]
+fn a_lock_holding_view_on_two_cpus_steps_down_to_one_thread() {
+    let sizes = settle(8, 2, gil_holding_on_two_cpus(), 40, 20);
     assert_eq!(median(&sizes), 1, "{sizes:?}");
     assert!(share_at(&sizes, 1) > 0.8, "{sizes:?}");
 }
@@ -208,12 +211,6 @@ fn a_lock_holding_view_stays_on_one_thread_when_the_machine_slows_down_at_times(
     // 2,100-2,700 req/s in neighbouring 5 s runs). A step down whose
     // window met a slowdown lost, and the pool went back to two threads
     // and served there until the next trial.
-    let view = View {
-        cpus: 2,
-        capacity: |n| 1250.0 * (1.0 - 0.1 * (n - 1).min(2) as f64),
-        lock_share: |n| 0.9 * (n - 1) as f64 / n as f64,
-        cpu_busy: |_| 1.05,
-    };
     let weather = |t: Duration| {
         if (200..900).contains(&(t.as_millis() % 2300)) {
             0.85
@@ -221,7 +218,7 @@ fn a_lock_holding_view_stays_on_one_thread_when_the_machine_slows_down_at_times(
             1.0
         }
     };
-    let sizes = settle_in(8, 2, view, 60, 40, weather);
+    let sizes = settle_in(8, 2, gil_holding_on_two_cpus(), 60, 40, weather);
     assert!(
         share_at(&sizes, 1) > 0.9,
         "{:.2} {sizes:?}",
