@@ -308,7 +308,8 @@ struct Recheck {
     size: usize,
     rate: f64,
     latency: f64,
-    share: f64,
+    /// The step as a share of the larger size (see `fewer_served_as_much`).
+    step_share: f64,
 }
 
 /// A probe that lost: from which size, under which load, and when.
@@ -363,7 +364,7 @@ pub struct Controller {
     stalls_runnable: u64,
     /// The last probe that lost, by direction (up, down).
     lost: [Option<Lost>; 2],
-    /// A step down that lost, to be judged again (see `recheck`).
+    /// A step down that lost, to be judged again on the next window.
     recheck: Option<Recheck>,
     /// Probes not started since they lost at the same size and load.
     not_repeated: u64,
@@ -718,8 +719,7 @@ impl Controller {
         if let Some(r) = self.recheck.take()
             && target > r.size
             && !blocking
-            && r.rate >= rate * DOWN_KEEP.max(1.0 - r.share / 4.0)
-            && r.latency <= latency * DOWN_LATENCY
+            && fewer_served_as_much((r.rate, r.latency), (rate, latency), r.step_share)
         {
             // The larger pool did no better than the trial: the machine
             // slowed down under the trial (other tenants), not the pool.
@@ -753,8 +753,11 @@ impl Controller {
                 }
                 Direction::Down => {
                     completions >= DOWN_MIN_SAMPLE
-                        && rate >= probe.baseline * DOWN_KEEP.max(1.0 - share / 4.0)
-                        && latency <= probe.baseline_latency * DOWN_LATENCY
+                        && fewer_served_as_much(
+                            (rate, latency),
+                            (probe.baseline, probe.baseline_latency),
+                            share,
+                        )
                 }
             };
             if kept {
@@ -804,7 +807,7 @@ impl Controller {
                         size: target,
                         rate,
                         latency,
-                        share,
+                        step_share: share,
                     });
                 }
                 self.lost[probe.direction as usize] = Some(Lost {
@@ -958,6 +961,14 @@ impl Controller {
             self.set(pool, target - 1, now, "idle");
         }
     }
+}
+
+/// The step-down test: the smaller pool's (completions per second, ns in
+/// the pool) against the larger one's, for a step of `step_share` of the
+/// larger size. The rate may fall by a quarter of perfect scaling (at
+/// least to `DOWN_KEEP`), the time in the pool grow by `DOWN_LATENCY`.
+fn fewer_served_as_much(fewer: (f64, f64), more: (f64, f64), step_share: f64) -> bool {
+    fewer.0 >= more.0 * DOWN_KEEP.max(1.0 - step_share / 4.0) && fewer.1 <= more.1 * DOWN_LATENCY
 }
 
 /// Threads kept free beyond the most that were busy at once, for a pool of
