@@ -52,6 +52,10 @@
 //! - A step up is tried only with room for another runnable thread in the
 //!   share, or with threads blocked: a sleeping view still grows to what
 //!   its clients need, with any number of workers.
+//! - A worker that finds no sibling's numbers on the page waits one window
+//!   before a step up: workers started together close their first windows
+//!   together, and the first to close one would count every CPU as its
+//!   own.
 //! - A probe that lost is not tried again from the same size while the
 //!   load (calls in flight, completions per second) has not changed by a
 //!   quarter, for up to `LOST_MEMORY`: it would lose again, and each trial
@@ -378,6 +382,10 @@ pub struct Controller {
     /// Threads kept free beyond the most that were busy, for a pool whose
     /// busy threads block (`spare_threads`); 0 for one whose threads compute.
     spare: usize,
+    /// The last window found no sibling's numbers on the shared page.
+    siblings_unseen: bool,
+    /// Steps up held back a window for the siblings' numbers.
+    waited_for_siblings: u64,
 }
 
 impl Controller {
@@ -413,6 +421,8 @@ impl Controller {
             blocked_step: 0,
             peak_busy: 0,
             spare: 0,
+            siblings_unseen: false,
+            waited_for_siblings: 0,
             conclusion: format!("as started ({})", plan.reason),
             plan,
         }
@@ -423,9 +433,17 @@ impl Controller {
         if !self.plan.adaptive {
             return format!("pool: {}", self.plan.reason);
         }
+        let siblings = if self.plan.workers > 1 {
+            format!(
+                "; {} step(s) up held back a window for the siblings' numbers",
+                self.waited_for_siblings
+            )
+        } else {
+            String::new()
+        };
         format!(
             "pool: {}; {} stall(s) not grown for (the busy threads were computing or waiting for a CPU); \
-             {} probe(s) not repeated (they had lost at that size and load)",
+             {} probe(s) not repeated (they had lost at that size and load){siblings}",
             self.conclusion, self.stalls_runnable, self.not_repeated
         )
     }
@@ -688,12 +706,23 @@ impl Controller {
             0
         };
         self.spare = if blocking { spare_threads(target) } else { 0 };
+        // Workers started together close their first windows together, and
+        // the first to close one finds no sibling on the page: its share is
+        // then every CPU. A step up taken on that (each fresh two-worker
+        // process tried a second thread for a GIL-holding view, and lost,
+        // inside the measured seconds) waits one window for the siblings'
+        // numbers; a sibling that still has none is idle, and the CPUs are
+        // this worker's.
+        let unseen = self.plan.workers > 1 && siblings.is_none();
+        let wait_for_siblings = unseen && !self.siblings_unseen;
+        self.siblings_unseen = unseen;
         // Room for another runnable thread in the share, or threads that
         // block: what a step up can help with. The worker's own demand
         // counts the thread leading the loop too, which computes loop
         // calls beside the pool.
-        let up_room = threads
-            .is_none_or(|t| t.blocked >= 0.5 || t.runnable.max(demand) + 1.0 <= share + OVER_SHARE);
+        let cpu_room = threads.is_none_or(|t| t.runnable.max(demand) + 1.0 <= share + OVER_SHARE);
+        let blocked = threads.is_some_and(|t| t.blocked >= 0.5);
+        let up_room = blocked || (cpu_room && !wait_for_siblings);
         // Mean time a request spent in the pool (queued + served).
         let latency = (service + end.queue_wait_ns.saturating_sub(start.queue_wait_ns) as f64)
             / completions.max(1) as f64;
@@ -921,6 +950,13 @@ impl Controller {
                     *wanted = false;
                     skipped = true;
                 }
+            }
+            if up_room != (blocked || cpu_room)
+                && queued_in_window
+                && lock_share < LOCK_NO_GROW
+                && target < self.plan.max
+            {
+                self.waited_for_siblings += 1;
             }
             if skipped && !up && !down {
                 // The turn is spent: counted once per cooldown, not per window.

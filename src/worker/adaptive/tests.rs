@@ -710,6 +710,45 @@ fn two_workers_on_two_cpus_share_them_for_a_cpu_bound_view() {
 }
 
 #[test]
+fn workers_started_together_try_no_thread_past_their_share() {
+    // Two workers from one thread each, a CPU-bound view: the first to
+    // close a window finds no sibling on the page yet. Taking its share to
+    // be both CPUs, it tried a second thread, and under the kernel's
+    // per-thread fairness the trial "raised throughput" by taking the
+    // sibling's CPU time.
+    let mut b = SharedBox::new(2, 2, 8, 1, 1.0, 0.0);
+    let sizes = b.run(10);
+    for (i, s) in sizes.iter().enumerate() {
+        let summary = b.controllers[i].pool_summary();
+        assert!(s.iter().all(|&n| n == 1), "worker {i}: {s:?} {summary}");
+    }
+    let waited: u64 = b.controllers.iter().map(|c| c.waited_for_siblings).sum();
+    assert_eq!(waited, 1, "{}", b.controllers[0].pool_summary());
+}
+
+#[test]
+fn a_worker_whose_siblings_publish_nothing_takes_the_cpus_after_a_window() {
+    // Two workers planned, one of them idle (it never measures, so never
+    // publishes): the busy one waits one window, then finds room for a
+    // thread per CPU.
+    let mut b = SharedBox::new(1, 2, 8, 1, 1.0, 0.0);
+    let plan = PoolPlan {
+        workers: 2,
+        ..b.controllers[0].plan.clone()
+    };
+    b.controllers[0] = Controller::new(plan, false);
+    b.run(20);
+    let sizes = b.run(10);
+    assert!(
+        median(&sizes[0]) == 2,
+        "{:?} {}",
+        sizes[0],
+        b.controllers[0].pool_summary()
+    );
+    assert_eq!(b.controllers[0].waited_for_siblings, 1);
+}
+
+#[test]
 fn one_worker_alone_on_two_cpus_keeps_a_thread_per_cpu_for_a_cpu_bound_view() {
     let mut b = SharedBox::new(1, 2, 8, 4, 1.0, 0.0);
     b.run(20);
