@@ -710,8 +710,15 @@ pub fn scratch_dir(name: &str) -> PathBuf {
     dir
 }
 
-/// Compile C with the flags the header promises to be clean under.
+/// Compile C with the flags the header promises to be clean under, into a
+/// file of this process's and then renamed over `out`: under nextest each
+/// test is its own process, and two that built one plugin into the same
+/// path at once had a server open it half-written (`dlopen failed`). A
+/// server that opened the old file keeps it; the rename only swaps names.
 pub fn cc(args: &[&str], out: &std::path::Path) {
+    let mut partial = out.as_os_str().to_owned();
+    partial.push(format!(".partial.{}", std::process::id()));
+    let partial = PathBuf::from(partial);
     let status = Command::new("cc")
         .args([
             "-std=c11",
@@ -725,10 +732,12 @@ pub fn cc(args: &[&str], out: &std::path::Path) {
         .arg(repo_root().join("include"))
         .args(args)
         .arg("-o")
-        .arg(out)
+        .arg(&partial)
         .status()
         .expect("run cc");
     assert!(status.success(), "cc {args:?} failed");
+    std::fs::rename(&partial, out)
+        .unwrap_or_else(|e| panic!("rename {} to {}: {e}", partial.display(), out.display()));
 }
 
 /// `tests/c/bad_plugin.c` built with `defines` choosing its defect.
