@@ -722,6 +722,7 @@ impl Controller {
         // calls beside the pool.
         let cpu_room = threads.is_none_or(|t| t.runnable.max(demand) + 1.0 <= share + OVER_SHARE);
         let blocked = threads.is_some_and(|t| t.blocked >= 0.5);
+        let held_for_siblings = wait_for_siblings && cpu_room && !blocked;
         let up_room = blocked || (cpu_room && !wait_for_siblings);
         // Mean time a request spent in the pool (queued + served).
         let latency = (service + end.queue_wait_ns.saturating_sub(start.queue_wait_ns) as f64)
@@ -935,11 +936,14 @@ impl Controller {
         // 3a. Try more threads while requests queue, or fewer while the CPUs
         // are saturated (alternating after a failed trial when both apply).
         if now >= self.next_probe {
-            let mut up = queued_in_window
+            let up_wanted = queued_in_window
                 && lock_share < LOCK_NO_GROW
                 && target < self.plan.max
-                && up_room
                 && (!saturated || now >= self.next_saturated_up);
+            if up_wanted && held_for_siblings {
+                self.waited_for_siblings += 1;
+            }
+            let mut up = up_wanted && up_room;
             let mut down = queued_in_window
                 && saturated
                 && completions >= DOWN_MIN_SAMPLE
@@ -950,13 +954,6 @@ impl Controller {
                     *wanted = false;
                     skipped = true;
                 }
-            }
-            if up_room != (blocked || cpu_room)
-                && queued_in_window
-                && lock_share < LOCK_NO_GROW
-                && target < self.plan.max
-            {
-                self.waited_for_siblings += 1;
             }
             if skipped && !up && !down {
                 // The turn is spent: counted once per cooldown, not per window.
