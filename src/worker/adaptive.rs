@@ -344,6 +344,8 @@ pub struct Controller {
     last_needed: Instant,
     last_change: Instant,
     window: Mark,
+    /// False until the first tick opens a window (see `restart_window`).
+    window_open: bool,
     queued_in_window: bool,
     probe: Option<Probe>,
     cooldown: Duration,
@@ -402,6 +404,7 @@ impl Controller {
                 at: now,
                 counters: Counters::default(),
             },
+            window_open: false,
             queued_in_window: false,
             probe: None,
             cooldown: COOLDOWN_MIN,
@@ -537,6 +540,22 @@ impl Controller {
     pub fn tick(&mut self, pool: &mut impl Tunable, now: Instant) {
         if !self.plan.adaptive {
             return;
+        }
+        // The event loop ticks the controller only while calls are in
+        // flight, so a gap between ticks is idle time, and before the first
+        // tick there is only the worker's start. A window closed across
+        // either measured the idle seconds' rate, and the pool's clocks
+        // from before its threads ran: a step up judged against that rate
+        // looked like a gain, and a window without the threads' clocks gave
+        // room for a thread past the worker's share (a second worker whose
+        // first connections came seconds after the first worker's tried a
+        // second thread for a GIL-holding view at once, and kept it a
+        // window). Windows span only busy time.
+        if !self.window_open || now.saturating_duration_since(self.last_tick) >= WINDOW {
+            self.restart_window(pool, now);
+            if self.probe.is_none() {
+                self.retire_if_idle(pool, now);
+            }
         }
         let completed = pool.completed();
         if completed != self.last_completed {
@@ -970,9 +989,22 @@ impl Controller {
                 if direction == Direction::Up && saturated {
                     self.next_saturated_up = now + COOLDOWN_MAX;
                 }
+                // A step up says what gave it room, so that a log shows
+                // why a worker tried a thread past its share.
                 let why = match direction {
-                    Direction::Up => "requests queue: trying more",
-                    Direction::Down => "trying fewer",
+                    Direction::Up => format!(
+                        "requests queue: trying more ({}; {demand:.1} CPU(s) wanted here, a share \
+                         of {share:.1} of {cpus:.0}{})",
+                        threads.map_or("no thread clocks".into(), |t| format!(
+                            "{:.1} runnable thread(s), {:.1} blocked",
+                            t.runnable, t.blocked
+                        )),
+                        siblings.map_or(String::new(), |s| format!(
+                            ", {:.1} wanted by {} sibling(s)",
+                            s.demand, s.workers
+                        )),
+                    ),
+                    Direction::Down => "trying fewer".into(),
                 };
                 self.start_probe(
                     pool,
@@ -980,13 +1012,36 @@ impl Controller {
                     (rate, latency, in_flight),
                     target,
                     now,
-                    why,
+                    &why,
                 );
                 return;
             }
         }
 
-        // Retire surplus threads once idle.
+        self.retire_if_idle(pool, now);
+    }
+
+    /// Start a measurement window now, with nothing of the time before it.
+    fn restart_window(&mut self, pool: &impl Tunable, now: Instant) {
+        self.window = Mark {
+            at: now,
+            counters: pool.counters(),
+        };
+        self.window_open = true;
+        self.queued_in_window = false;
+        self.busy_ns = 0.0;
+        self.in_flight_ns = 0.0;
+        self.peak_in_flight = 0;
+        self.peak_busy = 0;
+        self.last_tick = now;
+        self.last_completed = pool.completed();
+        self.last_progress = now;
+        self.stall_mark = None;
+    }
+
+    /// Retire a surplus thread once the pool has not needed it for a while.
+    fn retire_if_idle(&mut self, pool: &mut impl Tunable, now: Instant) {
+        let (_, target) = pool.size();
         if target > self.plan.initial
             && now.duration_since(self.last_needed) >= IDLE_RETIRE
             && now.duration_since(self.last_change) >= IDLE_RETIRE
