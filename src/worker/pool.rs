@@ -29,7 +29,7 @@ use crate::plugin::loader::Calls;
 
 use super::batching::{self, Sizes};
 use super::loop_calls::watch::{IdleThread, Watch, Watcher};
-use super::schedstat::{Clock, ThreadSet};
+use super::schedstat::{self, Clock, ThreadSet};
 
 /// What the pool shares with the loop and every handler thread.
 pub struct Shared {
@@ -50,8 +50,18 @@ pub struct Shared {
     stats: Stats,
     watch: Watch,
     handles: Mutex<Vec<JoinHandle<()>>>,
-    /// Kernel ids of the threads in `handler_loop`, for their schedstat.
-    tids: Mutex<Vec<i32>>,
+    /// The threads in `handler_loop`, for their schedstat.
+    members: Mutex<Members>,
+}
+
+/// Kernel ids of the threads in `handler_loop`, and the last clocks of
+/// those that left since the controller's last reading. A leaving thread
+/// moves from one to the other under one lock, so a reading never sees it
+/// in both or in neither.
+#[derive(Default)]
+struct Members {
+    tids: Vec<i32>,
+    departed: Vec<(i32, Clock)>,
 }
 
 struct Queue {
@@ -150,7 +160,7 @@ impl Pool {
             stats: Stats::default(),
             watch: Watch::default(),
             handles: Mutex::new(Vec::new()),
-            tids: Mutex::new(Vec::new()),
+            members: Mutex::new(Members::default()),
         });
         spawn_missing(&shared);
         Pool {
@@ -160,11 +170,14 @@ impl Pool {
     }
 
     /// The handler threads' summed scheduler clocks: time on a CPU and
-    /// time runnable but waiting for one, since each was first read.
-    /// `None` without schedstat.
+    /// time runnable but waiting for one, running totals over every thread
+    /// the pool has had. `None` without schedstat.
     pub fn thread_clock(&self) -> Option<Clock> {
-        let tids = lock(&self.shared.tids).clone();
-        lock(&self.clocks).read(&tids)
+        let (tids, departed) = {
+            let mut m = lock(&self.shared.members);
+            (m.tids.clone(), std::mem::take(&mut m.departed))
+        };
+        lock(&self.clocks).read(&tids, &departed)
     }
 
     pub fn stats(&self) -> &Stats {
@@ -474,7 +487,7 @@ fn handler_loop(shared: &Arc<Shared>, mut bufs: CallBuffers) {
     let calls = shared.callee.calls;
     let index = bufs.index;
     let tid = bufs.tid;
-    lock(&shared.tids).push(tid);
+    lock(&shared.members).tids.push(tid);
     let mut watcher = Watcher::default();
     // Completions pushed but not yet announced to the loop, and when the
     // first of them was pushed (see `announce`).
@@ -610,7 +623,16 @@ fn handler_loop(shared: &Arc<Shared>, mut bufs: CallBuffers) {
     if watcher.step_down(&shared.watch) {
         shared.work_ready.notify_one();
     }
-    lock(&shared.tids).retain(|&t| t != tid);
+    {
+        let last_clock = schedstat::own_clock();
+        let mut m = lock(&shared.members);
+        m.tids.retain(|&t| t != tid);
+        // Only the adaptive controller reads (and so empties) the list, and
+        // only it retires threads; the bound is for a pool that is never read.
+        if let Some(clock) = last_clock.filter(|_| m.departed.len() < 1024) {
+            m.departed.push((tid, clock));
+        }
+    }
     thread_stop_hook(&calls, index);
     let owed = {
         let mut q = lock(&shared.queue);
