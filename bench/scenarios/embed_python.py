@@ -27,7 +27,11 @@ OMP_NUM_THREADS, MKL_NUM_THREADS and M0_PYEMBED_BLAS_THREADS are 1 for every ser
 
 The anchor for MAX: MAX in-process (bench/embed/max_inproc.py), the backend module
 max_minilm loaded in one Python process and called back to back (tokenize, forward,
-normalize; no HTTP, no JSON, no queueing) at batch 1 and 32, unpinned.
+normalize; no HTTP, no JSON, no queueing) at batch 1 and 32, unpinned. The bar under the
+numpy target: the same script with numpy_minilm at batch 16 (what each worker's batches hold at
+32 connections), one BLAS thread, under each OpenBLAS kernel measured; two workers can reach
+at most twice its rate, whatever the server costs, and the target's line says how that bar
+compares with 3x the best peer.
 
 One server per (configuration, load), as in embed_batching: started; for m0serve, waited for
 until the supervisor logs `ready:` (every worker loaded: MAX workers load the compiled graph
@@ -111,6 +115,14 @@ CORETYPE = os.environ.get("OPENBLAS_CORETYPE")
 AUTO = "+ob"                    # the key suffix of those rows
 AUTO_CONNS = [8, 32]
 NUMPY_KEYS = ["numpy", "m0wsgi", *PEERS]
+# The bar under target 1: numpy's forward pass called in-process (INPROC --backend
+# numpy_minilm: tokenize, forward, normalize, no HTTP and no JSON) NP_BATCH sentences a call,
+# about what each worker's batches hold at 32 connections (16 clients per worker), on one CPU
+# with one BLAS thread, under each OpenBLAS kernel measured. Two such processes on the box's
+# two CPUs would embed twice its rate: the most the numpy plugin's two workers can reach
+# whatever the server costs, which the target's line compares with 3x the best peer.
+NP_BATCH = 16
+KERNELS = ["", AUTO] if CORETYPE else [""]
 CLEAR = ["M0_EMBED_THREADS", "M0_PYEMBED_GIL", "M0_NO_BATCH", "M0_EMBED_MODEL_DIR"]
 MAX_KEYS = ["max", "maxu", "max1"]
 
@@ -306,13 +318,18 @@ def idle_cpu(run: h.Running, seconds: float = 1.0) -> float:
     return 100.0 * (sum(h.tree_ticks(run.pid).values()) - a) / h.CLK_TCK / seconds
 
 
-def run_inproc(venv: Path, rnd: int, dur: float, warm: float) -> list[dict]:
-    args = ["--duration", f"{dur:g}", "--warmup", f"{warm:g}", "--batch", "1,32"]
+def run_inproc(venv: Path, rnd: int, dur: float, warm: float, backend: str = "max_minilm",
+               batches: str = "1,32", env: dict | None = None, what: str = "MAX") -> list[dict]:
+    """One backend module called in-process by INPROC, a row per batch size; `env` is laid
+    over this environment (None unsets a variable)."""
+    args = ["--backend", backend, "--duration", f"{dur:g}", "--warmup", f"{warm:g}", "--batch", batches]
     py = str(venv / "bin" / "python")
+    run_env = {k: v for k, v in {**os.environ, "OPENBLAS_NUM_THREADS": "1", **(env or {})}.items()
+               if v is not None}
 
     def call(a: list[str]) -> list[dict]:
         r = subprocess.run([py, str(_embed.EMBED / INPROC), *a], capture_output=True, text=True,
-                           cwd=h.ROOT, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+                           cwd=h.ROOT, env=run_env)
         if r.returncode != 0:
             raise h.BenchError(f"{INPROC} failed ({r.returncode}):\n{r.stdout}{r.stderr[-3000:]}")
         return [j for j in _embed.json_lines(r.stdout) if "config" in j]
@@ -322,14 +339,14 @@ def run_inproc(venv: Path, rnd: int, dur: float, warm: float) -> list[dict]:
         for _ in range(h.NOISY_RETRIES):       # as run_ort() in embed.py
             if r["other_pct"] <= h.NOISY:
                 break
-            h.log(f"  {r['config']}: other load {r['other_pct']:.0f}% > {h.NOISY}%: "
+            h.log(f"  {what} {r['config']}: other load {r['other_pct']:.0f}% > {h.NOISY}%: "
                   "waiting for idle and measuring again")
-            RETRIED[r["config"]] = RETRIED.get(r["config"], 0) + 1
+            RETRIED[f"{what} {r['config']}"] = RETRIED.get(f"{what} {r['config']}", 0) + 1
             h.wait_idle(60)
             one = list(args)
             one[one.index("--batch") + 1] = str(r["batch"])
             r = rows[i] = call(one)[0]
-        h.log(f"  MAX in-process b{r['batch']}: {r['sentences_per_s']:.0f} sentences/s p50 "
+        h.log(f"  {what} in-process b{r['batch']}: {r['sentences_per_s']:.0f} sentences/s p50 "
               f"{r['p50_ms']:.2f} ms p99 {r['p99_ms']:.2f} ms cpu {r['cpu_pct']:.0f}% "
               f"other {r['other_pct']:.0f}%")
     return rows
@@ -351,8 +368,9 @@ def load_max(venv: Path) -> tuple[dict | None, str | None]:
 
 # ---------------------------------------------------------------- the scenario
 
-def target_1(summary: dict, best_peer: dict, suffix: str) -> str:
-    """Target 1's line for one OpenBLAS kernel ("" as the environment sets it, AUTO unset)."""
+def target_1(summary: dict, best_peer: dict, suffix: str, np_inproc: dict) -> str:
+    """Target 1's line for one OpenBLAS kernel ("" as the environment sets it, AUTO unset),
+    with the bar the in-process forward pass sets (np_inproc: kernel -> sentences/s)."""
     under = ("with OpenBLAS's own kernel (OPENBLAS_CORETYPE unset), " if suffix else
              f"with this environment's OPENBLAS_CORETYPE={CORETYPE}, " if CORETYPE else "")
     np32, bp32 = summary.get(("numpy" + suffix, 32)), best_peer.get((suffix, 32))
@@ -365,6 +383,13 @@ def target_1(summary: dict, best_peer: dict, suffix: str) -> str:
         wsgi = summary[("m0wsgi" + suffix, 32)]["sps"]
         extra = (f"; for information, {h.fmt_ratio(np32['sps'] / wsgi)} the app on m0serve's WSGI "
                  f"plugin ({wsgi:,.0f})")
+    one = np_inproc.get(suffix)
+    if one:
+        bar = WORKERS * one
+        extra += (f"; the bar: numpy's forward pass in-process at batch {NP_BATCH} does {one:,.0f} "
+                  f"sentences/s on one CPU, so {WORKERS} workers doing nothing else could reach "
+                  f"{bar:,.0f} = {h.fmt_ratio(bar / bp32[1])} the best peer, of which the plugin "
+                  f"reaches {100 * np32['sps'] / bar:.0f}%")
     return (f"**Target 1** (numpy backend plugin ≥ 3× the numpy WSGI app on the best peer, 32 "
             f"connections), {under}{np32['sps']:,.0f} vs {bp32[1]:,.0f} sentences/s on "
             f"{bp32[0].removesuffix(AUTO)} = {h.fmt_ratio(r)}: {'met' if r >= 3.0 else '**not met**'}{extra}.")
@@ -398,6 +423,7 @@ def run(opts) -> h.Report:
 
     res: dict[tuple[str, int], list[dict]] = {}
     inproc: dict[int, list[dict]] = {}
+    np_inproc: dict[str, list[dict]] = {}
     for rnd in range(rounds):
         steps: list = ["inproc", *CONNS] if rnd % 2 == 0 else [*CONNS, "inproc"]
         order = cfgs if rnd % 2 == 0 else list(reversed(cfgs))
@@ -412,6 +438,18 @@ def run(opts) -> h.Report:
                         loaded = None
                         h.log(f"skipping MAX in-process: {e}")
                         skipped["inproc"] = str(e).splitlines()[0]
+                for suffix in KERNELS:
+                    if "npinproc" + suffix in skipped:
+                        continue
+                    h.log(f"round {rnd + 1}/{rounds}: numpy in-process" + (", OpenBLAS's own kernel" if suffix else ""))
+                    try:
+                        np_inproc.setdefault(suffix, []).extend(run_inproc(
+                            h.VENV, rnd, dur, warm, "numpy_minilm", str(NP_BATCH),
+                            env={**BLAS1, **({"OPENBLAS_CORETYPE": None} if suffix else {})},
+                            what="numpy" + suffix))
+                    except h.BenchError as e:
+                        h.log(f"skipping numpy in-process: {e}")
+                        skipped["npinproc" + suffix] = str(e).splitlines()[0]
                 continue
             for cfg in order:
                 if cfg.key in skipped or (cfg.key.endswith(AUTO) and step not in AUTO_CONNS):
@@ -450,6 +488,7 @@ def run(opts) -> h.Report:
             if got:
                 best_peer[(suffix, c)] = max(got, key=lambda kv: kv[1])
     ip = {b: h.median([r["sentences_per_s"] for r in rs]) for b, rs in inproc.items()}
+    np_ip = {k: h.median([r["sentences_per_s"] for r in rs]) for k, rs in np_inproc.items()}
 
     headers = ["config", "conns", "sentences/s", "p50", "p99", "server CPU", "CPU per sentence",
                "mean batch", "÷ best numpy-WSGI peer", "spread", "other load"]
@@ -460,6 +499,14 @@ def run(opts) -> h.Report:
         rows.append([f"MAX in-process, batch {b}" + (" (anchor for MAX)" if b == 32 else ""), "-",
                      f"{ip[b]:,.0f}", h.fmt_us(1e3 * med(rs, "p50_ms")), h.fmt_us(1e3 * med(rs, "p99_ms")),
                      f"{med(rs, 'cpu_pct'):.0f}%", h.fmt_us(h.median(per)), f"{b} (per call)", "-",
+                     _embed.spread([r["sentences_per_s"] for r in rs]),
+                     f"{max(r['other_pct'] for r in rs):.0f}%"])
+    for suffix, rs in np_inproc.items():
+        per = [1e4 * r["cpu_pct"] / r["sentences_per_s"] for r in rs]
+        rows.append([f"numpy in-process, batch {NP_BATCH}, one CPU (bar for target 1: ×{WORKERS})"
+                     + (", OpenBLAS's own kernel" if suffix else ""), "-",
+                     f"{np_ip[suffix]:,.0f}", h.fmt_us(1e3 * med(rs, "p50_ms")), h.fmt_us(1e3 * med(rs, "p99_ms")),
+                     f"{med(rs, 'cpu_pct'):.0f}%", h.fmt_us(h.median(per)), f"{NP_BATCH} (per call)", "-",
                      _embed.spread([r["sentences_per_s"] for r in rs]),
                      f"{max(r['other_pct'] for r in rs):.0f}%"])
     for c in CONNS:
@@ -491,8 +538,8 @@ def run(opts) -> h.Report:
 
     # Targets.
     label = {cfg.key: cfg.label for cfg in cfgs}
-    for suffix in ["", AUTO] if CORETYPE else [""]:
-        notes.append(target_1(summary, best_peer, suffix))
+    for suffix in KERNELS:
+        notes.append(target_1(summary, best_peer, suffix, np_ip))
     anchor = ip.get(32)
     got = {c: summary[("max", c)]["sps"] for c in CONNS if ("max", c) in summary}
     if anchor and got:
@@ -522,7 +569,8 @@ def run(opts) -> h.Report:
                      "kernel, the denominator of the ÷ column: " + ", ".join(
                          f"c{c} {k} ({v:,.0f}/s)" for (_, c), (k, v) in best_peer.items()) + ".")
     for k, why in skipped.items():
-        notes.insert(0, f"**({k}) {label.get(k, 'MAX in-process')} skipped**: {why}.")
+        what = label.get(k) or ("numpy in-process" if k.startswith("npinproc") else "MAX in-process")
+        notes.insert(0, f"**({k}) {what} skipped**: {why}.")
 
     sizes = []
     for c in CONNS:
@@ -604,7 +652,8 @@ def run(opts) -> h.Report:
         f"{rounds} round(s) × {dur:g} s per load after a {warm:g} s warm-up; one server per (configuration, "
         "load): started (m0serve: until the supervisor's `ready:` line), probed, left to go quiet, warmed up, "
         "drained of what the warm-up left in flight, measured, SIGTERMed; per round and connection count the "
-        "configurations alternate (then reversed), MAX in-process first in a round (last in the next); "
+        "configurations alternate (then reversed), the in-process runs (MAX, numpy) first in a round (last in "
+        "the next); "
         "medians over rounds.",
         f"wrk -t1 pinned to CPU 1, bench/embed/embed.lua, keep-alive (gunicorn's sync workers close every "
         f"connection), POST /embed with 1 sentence per request ({{\"inputs\": \"...\"}}), the {len(sentences)} "
@@ -620,7 +669,10 @@ def run(opts) -> h.Report:
         "Servers: " + "; ".join(starts) + ".",
         "MAX in-process: bench/embed/max_inproc.py in the MAX venv, unpinned; one call = tokenize (tokenizers, "
         "pad to the longest, cut at 256) + max_minilm forward + normalize; batch 1 cycles the sentences, "
-        "batch 32 sends 0-31 then 32-63; p50/p99 per call; CPU = the process's CPU time / wall.",
+        "batch 32 sends 0-31 then 32-63; p50/p99 per call; CPU = the process's CPU time / wall. numpy "
+        f"in-process: the same script with --backend numpy_minilm --batch {NP_BATCH} in bench/.venv, one "
+        f"BLAS thread (BLAS1 as the servers), under each kernel; {NP_BATCH} sentences a call is what each "
+        "worker's batches hold at 32 connections.",
         cache_line,
         "p50/p99 per request (per call in-process); server CPU = utime+stime of the server's process tree, "
         "% of one core; CPU per sentence = server CPU time / sentences; mean batch = requests per plugin "
