@@ -132,12 +132,7 @@ mod tests {
         let tid = nix::unistd::gettid().as_raw();
         let mut clock = ThreadClock::default();
         let first = clock.read(tid).expect("schedstat of this thread");
-        // Compute for 20 ms of this thread's own CPU time, however long
-        // other processes keep it off its CPU.
-        let cpu_start = thread_cpu_ns();
-        while thread_cpu_ns() < cpu_start + 20_000_000 {
-            std::hint::black_box(Instant::now());
-        }
+        compute_for(20_000_000);
         let later = clock.read(tid).unwrap();
         assert!(later.ran >= first.ran + 15_000_000, "{first:?} {later:?}");
     }
