@@ -19,7 +19,8 @@ pub struct WorkerLine {
     /// 0 while parked; the monotonic ns a loop pass started while in one;
     /// `LEAVING` once the worker drains.
     pub state: AtomicU64,
-    /// Open connections, published at the end of each loop pass.
+    /// Open connections (less those whose client hung up), published as
+    /// they change and before each wait.
     pub active: AtomicU64,
     /// Connections passed to this worker and not yet received.
     pub pending: AtomicU64,
@@ -37,13 +38,21 @@ pub struct WorkerLine {
     /// Monotonic ns of that window's end (0: never): a sibling whose pool
     /// has not measured for a while is not counted.
     pub pool_at_ns: AtomicU64,
-    _pad: [AtomicU64; 5],
+    /// Monotonic ns of the last publish of `active`: the count holds what
+    /// the worker had seen by then (see `worker/accept_share.rs`).
+    pub active_at_ns: AtomicU64,
+    /// Of `active`, those that came after that moment: none of them is
+    /// among what the worker may not have seen leave.
+    pub active_fresh: AtomicU64,
+    /// Monotonic ns of that publish itself.
+    pub published_ns: AtomicU64,
+    _pad: [AtomicU64; 2],
 }
 
 const _: () = assert!(size_of::<WorkerLine>() == 128);
 
 pub const LEAVING: u64 = u64::MAX;
-const MAGIC: u64 = 0x6d30_7061_6765_0002; // "m0page" v2
+const MAGIC: u64 = 0x6d30_7061_6765_0003; // "m0page" v3
 
 #[repr(C, align(64))]
 struct Header {

@@ -1,5 +1,7 @@
 //! Accept sharing: a burst of connections splits across workers, in fork
 //! and spawn mode; nothing is lost when a worker dies or the server drains.
+//! The tests take turns (`support::serial`): a split depends on when each
+//! worker gets a CPU, and on two CPUs a neighbour's servers decide that.
 
 mod support;
 
@@ -68,6 +70,7 @@ fn start(extra: &[&str], share: bool) -> Server {
 
 #[test]
 fn a_burst_of_32_splits_within_two_to_one_in_fork_and_spawn_mode() {
+    let _serial = support::serial();
     for mode in [&[][..], &["--spawn-workers"][..]] {
         let s = start(mode, true);
         for round in 0..2 {
@@ -90,6 +93,69 @@ fn a_burst_of_32_splits_within_two_to_one_in_fork_and_spawn_mode() {
     }
 }
 
+/// Every round's split, over `rounds` bursts of `n` keep-alive connections
+/// that each send one request, read its answer and close, the next burst
+/// opened as soon as the previous one is closed (a benchmark's warm-up and
+/// run, or a load balancer recycling its pool). Each split lists every
+/// worker, largest first, zeros included.
+fn back_to_back_splits(s: &Server, workers: usize, rounds: usize, n: usize) -> Vec<Vec<usize>> {
+    (0..rounds)
+        .map(|_| {
+            let mut counts: HashMap<String, usize> = HashMap::new();
+            for (c, pid) in burst(s.addr, n) {
+                *counts.entry(pid).or_default() += 1;
+                drop(c);
+            }
+            let mut v: Vec<usize> = counts.into_values().collect();
+            v.resize(workers.max(v.len()), 0);
+            v.sort_unstable_by(|a, b| b.cmp(a));
+            v
+        })
+        .collect()
+}
+
+/// The sibling's published load once held the connections of the burst
+/// that had just closed (it learns of a close only when it next runs, and
+/// the acceptor ran first): every later burst split 24/8 or worse, in every
+/// run. Where each connection lands still depends on which worker gets a
+/// CPU when, so a server whose five rounds miss is measured once more on a
+/// fresh server, and both attempts are in the message; the old counting
+/// misses in every attempt.
+#[test]
+fn back_to_back_bursts_split_evenly_in_fork_and_spawn_mode() {
+    let _serial = support::serial();
+    for mode in [&[][..], &["--spawn-workers"][..]] {
+        for workers in [2usize, 4] {
+            // Two workers: within 21/11. Four: none above 1.5x its share.
+            let most = if workers == 2 {
+                21
+            } else {
+                32 * 3 / (2 * workers)
+            };
+            let mut attempts = Vec::new();
+            for _ in 0..2 {
+                let p = plugin("hello_c");
+                let count = workers.to_string();
+                let mut args = vec!["--plugin", p.to_str().unwrap(), "--workers", &count];
+                args.extend_from_slice(mode);
+                let s = Server::start_cmd(command(&args));
+                let splits = back_to_back_splits(&s, workers, 5, 32);
+                eprintln!("{mode:?} {workers} workers: {splits:?}");
+                let met = splits.iter().all(|split| split[0] <= most);
+                attempts.push(splits);
+                if met {
+                    break;
+                }
+            }
+            assert!(
+                attempts.len() == 1 || attempts[1].iter().all(|split| split[0] <= most),
+                "{mode:?} {workers} workers: a round's busiest worker took more than {most} \
+                 of 32 in both attempts: {attempts:?}"
+            );
+        }
+    }
+}
+
 /// A connection whose client hung up while its request computes stays open
 /// until the answer is written, but it carries no more requests: it must not
 /// count as load. When it did, a worker finishing the last requests of
@@ -98,6 +164,7 @@ fn a_burst_of_32_splits_within_two_to_one_in_fork_and_spawn_mode() {
 /// benchmark run).
 #[test]
 fn clients_that_hung_up_mid_request_do_not_count_against_their_worker() {
+    let _serial = support::serial();
     let s = start(&["--blocking-threads", "32"], true);
     let mut by_pid: HashMap<String, Vec<TcpStream>> = HashMap::new();
     for (c, pid) in burst(s.addr, 40) {
@@ -124,6 +191,7 @@ fn clients_that_hung_up_mid_request_do_not_count_against_their_worker() {
 
 #[test]
 fn counts_are_logged_at_shutdown() {
+    let _serial = support::serial();
     let mut s = start(&[], true);
     let _ = burst_split(s.addr, 16);
     s.signal(libc::SIGTERM);
@@ -157,6 +225,7 @@ fn counts_are_logged_at_shutdown() {
 
 #[test]
 fn a_worker_killed_while_connections_are_passed_loses_nothing_for_the_other() {
+    let _serial = support::serial();
     let s = start(&[], true);
     let pids = s.worker_pids();
     let addr = s.addr;
@@ -204,6 +273,7 @@ fn a_worker_killed_while_connections_are_passed_loses_nothing_for_the_other() {
 
 #[test]
 fn sigterm_during_a_burst_loses_no_connection() {
+    let _serial = support::serial();
     let mut s = start(&[], true);
     let addr = s.addr;
     let mut conns: Vec<TcpStream> = (0..32).map(|_| TcpStream::connect(addr).unwrap()).collect();
@@ -240,6 +310,7 @@ fn sigterm_during_a_burst_loses_no_connection() {
 /// counts on).
 #[test]
 fn after_a_reload_a_burst_still_splits_and_counts_are_each_workers_own() {
+    let _serial = support::serial();
     let mut s = start(&[], true);
     let _ = burst_split(s.addr, 16);
     // The old workers' drains end before the bursts.

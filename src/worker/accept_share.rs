@@ -7,11 +7,30 @@
 //! channel with SCM_RIGHTS. Load = open connections + connections handed
 //! over and not yet received, read from the shared page.
 //!
+//! A sibling's count is only as new as its news: a worker learns that a
+//! client closed when its loop next runs. Right after a burst of clients
+//! closed, the acceptor (which has just seen its own closes) is the one
+//! running, and a sibling still waiting for a CPU still counts its own:
+//! trusted as it stood, that split the next burst 24/8, then 28/4. So each
+//! count is published with its moment (`active_at_ns`: the return of the
+//! wait whose events it holds; what reached the sockets after that the
+//! worker has not seen, however recently it published), and the acceptor
+//! takes off the share estimated gone since: the share of its own
+//! connections that left after that moment (`history.rs`). Clients that
+//! come and go together are judged alike; a sibling whose clients stayed
+//! while ours left looks lighter than it is only until it runs (a
+//! connection handed to it wakes it) and publishes afresh. Connections that
+//! reached a sibling after its moment (`active_fresh`) are not estimated
+//! gone when it published after our last departure: they may be a new
+//! burst's, kept by a sibling accepting beside us.
+//!
 //! Nothing is ever dropped: the target's `pending` is raised before the send
 //! and undone on any failure (channel full, sibling gone), and then the
 //! acceptor keeps the connection itself.
 
-use std::cell::Cell;
+mod history;
+
+use std::cell::{Cell, RefCell};
 use std::io::{IoSlice, IoSliceMut};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -55,6 +74,15 @@ pub struct AcceptShare {
     received: Cell<u64>,
     /// The pending count seen at the last check with an empty channel.
     stale_pending: Cell<u64>,
+    /// This worker's own count over time (`history.rs`).
+    history: RefCell<history::History>,
+    /// When the loop's last wait returned: its count holds the events the
+    /// kernel had delivered by then, and none after.
+    seen_at_ns: Cell<u64>,
+    /// Connections that came since then (accepted or received in this pass).
+    fresh: Cell<u64>,
+    /// Monotonic ns at which a connection last left.
+    departed_ns: Cell<u64>,
 }
 
 impl AcceptShare {
@@ -80,6 +108,10 @@ impl AcceptShare {
             passed: Cell::new(0),
             received: Cell::new(0),
             stale_pending: Cell::new(0),
+            history: RefCell::new(history::History::new()),
+            seen_at_ns: Cell::new(0),
+            fresh: Cell::new(0),
+            departed_ns: Cell::new(0),
         }
     }
 
@@ -107,17 +139,44 @@ impl AcceptShare {
         self.me().accepted.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The loop starts a pass (`now_ns`) or is about to wait (0).
+    /// The loop starts a pass (`now_ns`, right after its wait returned) or
+    /// is about to wait (0).
     pub fn mark_pass(&self, now_ns: u64) {
+        if now_ns != 0 {
+            self.seen_at_ns.set(now_ns);
+            self.fresh.set(0);
+        }
         if self.me().state.load(Ordering::Relaxed) != LEAVING && self.owns_line() {
             self.me().state.store(now_ns, Ordering::Relaxed);
         }
     }
 
+    /// Publish this worker's count as it stands (before a wait, or after a
+    /// change), as of the last wait's return.
     pub fn publish_active(&self, active: usize) {
         if self.owns_line() {
-            self.me().active.store(active as u64, Ordering::SeqCst);
+            let me = self.me();
+            me.active.store(active as u64, Ordering::SeqCst);
+            me.active_at_ns
+                .store(self.seen_at_ns.get(), Ordering::SeqCst);
+            me.active_fresh.store(self.fresh.get(), Ordering::SeqCst);
+            me.published_ns
+                .store(crate::plugin::host::monotonic_ns(), Ordering::SeqCst);
         }
+    }
+
+    /// The count changed to `active`; `departed` when a connection left (a
+    /// close, or its client hung up). Remembered, then published.
+    pub fn note_change(&self, active: usize, departed: bool) {
+        if departed {
+            self.departed_ns.set(crate::plugin::host::monotonic_ns());
+        } else {
+            self.fresh.set(self.fresh.get() + 1);
+        }
+        self.history
+            .borrow_mut()
+            .record(self.seen_at_ns.get(), active as u64, departed);
+        self.publish_active(active);
     }
 
     pub fn leave(&self) {
@@ -158,7 +217,10 @@ impl AcceptShare {
     }
 
     /// The sibling to hand a new connection to, if one is strictly less
-    /// loaded than `own_load`. Ties rotate.
+    /// loaded than `own_load`. Ties rotate. A sibling's load is its count
+    /// less the share estimated gone since its last wait returned (the
+    /// module's doc; not of those that came after), plus what was handed to
+    /// it and not yet received.
     pub fn pick(&self, own_load: u64, now_ns: u64, allow_busy: bool) -> Option<usize> {
         if !self.enabled {
             return None;
@@ -181,12 +243,29 @@ impl AcceptShare {
             {
                 continue;
             }
-            let load = line.active.load(Ordering::SeqCst) + line.pending.load(Ordering::SeqCst);
+            let load = self.sibling_load(line);
             if load < own_load && best.is_none_or(|(b, _)| load < b) {
                 best = Some((load, j));
             }
         }
         best.map(|(_, j)| j)
+    }
+
+    /// A sibling's load: its count less those estimated gone unseen, plus
+    /// the connections handed to it and not yet received.
+    fn sibling_load(&self, line: &WorkerLine) -> u64 {
+        let at = line.active_at_ns.load(Ordering::SeqCst);
+        let count = line.active.load(Ordering::SeqCst);
+        // Those that came after its moment may be a new burst's: not
+        // estimated gone, unless it has published nothing since one of ours
+        // left (then they came before that, and may have left as ours did).
+        let fresh = if line.published_ns.load(Ordering::SeqCst) > self.departed_ns.get() {
+            line.active_fresh.load(Ordering::SeqCst).min(count)
+        } else {
+            0
+        };
+        let gone = history::unseen(count - fresh, self.history.borrow().since(at));
+        count - gone + line.pending.load(Ordering::SeqCst)
     }
 
     /// Pass `fd` (with its peer) to worker `target`. True when it went; on

@@ -641,7 +641,7 @@ impl EventLoop {
         self.sweep
             .set(key, self.timeouts.header.map(|t| self.now + t));
         entry.insert(conn);
-        self.publish_share_load();
+        self.note_share_change(false);
         self.drive(key);
     }
 
@@ -661,6 +661,13 @@ impl EventLoop {
         }
     }
 
+    /// The share load changed: a connection came, or left (`departed`).
+    fn note_share_change(&self, departed: bool) {
+        if let Some(share) = &self.share {
+            share.note_change(self.share_load(), departed);
+        }
+    }
+
     /// The socket said the client's end is closed: count it out of the load.
     fn note_hung_up(&mut self, key: usize) {
         if let Some(conn) = self.conns.get_mut(key)
@@ -668,7 +675,7 @@ impl EventLoop {
         {
             conn.hung_up = true;
             self.hung_up += 1;
-            self.publish_share_load();
+            self.note_share_change(true);
         }
     }
 
@@ -1126,11 +1133,13 @@ impl EventLoop {
         if let Some(mut conn) = self.conns.try_remove(key) {
             self.sweep.set(key, None);
             let _ = self.poll.registry().deregister(&mut conn.stream);
+            // One whose client hung up left the count then.
             if conn.hung_up {
                 self.hung_up -= 1;
+            } else {
+                self.note_share_change(true);
             }
             self.accept_pause.descriptor_freed(self.now);
-            self.publish_share_load();
             if self.spare_bufs.len() < 256 && conn.rbuf.capacity() <= 64 * 1024 {
                 conn.rbuf.clear();
                 self.spare_bufs.push(conn.rbuf);
