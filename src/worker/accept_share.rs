@@ -34,6 +34,7 @@ use std::cell::{Cell, RefCell};
 use std::io::{IoSlice, IoSliceMut};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
@@ -57,8 +58,38 @@ pub struct SiblingPools {
     pub threads: usize,
 }
 
+/// Marks a worker's loop as making progress while its leading thread makes
+/// the calls a pass queued (`loop_calls`): between passes, `state` would
+/// otherwise keep the pass's start, and a worker that had answered every
+/// request of a burst but not yet begun its next pass looked stuck to its
+/// siblings (busy for more than `BUSY_NS`), which then kept the whole next
+/// burst (32/0 over two WSGI workers).
+#[derive(Clone)]
+pub struct ProgressMark {
+    page: Arc<SharedPage>,
+    index: usize,
+}
+
+impl ProgressMark {
+    /// A call ended: the loop is not stuck. Only a pass under way is moved
+    /// on; a loop that has since parked (0) or left stays as it is.
+    pub fn note(&self) {
+        let line = self.page.line(self.index);
+        if line.pid.load(Ordering::Relaxed) != u64::from(std::process::id()) {
+            return;
+        }
+        let state = line.state.load(Ordering::Relaxed);
+        if state != 0 && state != LEAVING {
+            let now = crate::plugin::host::monotonic_ns();
+            let _ = line
+                .state
+                .compare_exchange(state, now, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+}
+
 pub struct AcceptShare {
-    page: SharedPage,
+    page: Arc<SharedPage>,
     index: usize,
     /// This worker's own channel (receive side).
     recv: OwnedFd,
@@ -99,7 +130,7 @@ impl AcceptShare {
         page.line(index).state.store(0, Ordering::SeqCst);
         let enabled = enabled && page.workers() > 1;
         AcceptShare {
-            page,
+            page: Arc::new(page),
             index,
             recv,
             sends,
@@ -120,6 +151,13 @@ impl AcceptShare {
     /// while this one drains, and must not be marked leaving by it.
     fn owns_line(&self) -> bool {
         self.me().pid.load(Ordering::Relaxed) == u64::from(std::process::id())
+    }
+
+    pub fn progress_mark(&self) -> ProgressMark {
+        ProgressMark {
+            page: Arc::clone(&self.page),
+            index: self.index,
+        }
     }
 
     pub fn channel_fd(&self) -> RawFd {

@@ -1213,7 +1213,10 @@ impl EventLoop {
     }
 
     pub fn loop_caller(&self) -> LoopCaller {
-        LoopCaller::new(self.pool.loop_side())
+        LoopCaller::new(
+            self.pool.loop_side(),
+            self.share.as_ref().map(AcceptShare::progress_mark),
+        )
     }
 
     /// See `Pool::adopt_thread`.

@@ -6,16 +6,19 @@ use std::sync::Weak;
 
 use super::watch::TakeOver;
 use crate::plugin::call::{CallBuffers, Completion, Job};
+use crate::worker::accept_share::ProgressMark;
 use crate::worker::pool::LoopSide;
 
 #[derive(Clone)]
 pub struct LoopCaller {
     pool: LoopSide,
+    /// Tells the siblings the loop moves on after each call (accept sharing).
+    progress: Option<ProgressMark>,
 }
 
 impl LoopCaller {
-    pub fn new(pool: LoopSide) -> LoopCaller {
-        LoopCaller { pool }
+    pub fn new(pool: LoopSide, progress: Option<ProgressMark>) -> LoopCaller {
+        LoopCaller { pool, progress }
     }
 
     /// Prepare the calling thread to call the plugin: a thread index of its
@@ -47,6 +50,9 @@ impl LoopCaller {
         }
         let outcome = self.pool.call(&job, bufs);
         done.push(Completion { job, outcome });
+        if let Some(progress) = &self.progress {
+            progress.note();
+        }
         watch.end_call(begun)
     }
 
