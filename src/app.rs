@@ -150,10 +150,10 @@ pub fn main() -> i32 {
                 Some(fd)
             }
             Err(e) => {
-                eprintln!(
-                    "m0serve: --metrics {at}: {}; pass a free address and port to --metrics, or drop it",
+                crate::log::error(format_args!(
+                    "--metrics {at}: {}; pass a free address and port to --metrics, or drop it",
                     e.message
-                );
+                ));
                 return 1;
             }
         },
@@ -209,8 +209,8 @@ fn init_in_probe(plugin: &Plugin) -> Result<Calls, PluginError> {
 
 fn refuse(check: &checks::Check) -> i32 {
     match &check.fix {
-        Some(fix) => eprintln!("m0serve: {}; {fix}", check.detail),
-        None => eprintln!("m0serve: {}", check.detail),
+        Some(fix) => crate::log::error(format_args!("{}; {fix}", check.detail)),
+        None => crate::log::error(format_args!("{}", check.detail)),
     }
     check.exit.unwrap_or(1)
 }
