@@ -300,6 +300,7 @@ fn report(cfg: &Config, f: &Findings, exit: i32, sd_notify: Option<&str>) -> Str
         .opt_str("metrics", cli.metrics.map(|a| a.to_string()).as_deref())
         .opt_str("access_log", cli.access_log.as_deref())
         .str("access_log_format", cli.access_log_format.name())
+        .str("log_format", cli.log_format.name())
         .opt_str("sd_notify", sd_notify)
         .num("max_body", cli.max_body)
         .num("max_header_bytes", cli.max_header_bytes)
