@@ -35,7 +35,7 @@ pub fn main() -> i32 {
             if argv.iter().any(|a| a == "--doctor") {
                 // The doctor still answers in JSON, with the usage error as
                 // its failed check.
-                println!("{}", crate::doctor::usage_report(&message));
+                println!("{}", crate::doctor::usage_report(&e, &message));
             }
             eprint!("{message}");
             return 2;
