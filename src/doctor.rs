@@ -159,9 +159,16 @@ fn report(mut j: Json, cfg: &Config, f: &Findings, exit: i32, sd_notify: Option<
             .map(|p| p.display().to_string())
             .as_deref(),
     );
+    let searched = crate::plugin::loader::search_dirs();
     j.begin_array("searched");
-    for dir in crate::plugin::loader::search_dirs() {
+    for dir in &searched {
         j.item_str(&dir.display().to_string());
+    }
+    j.end_array();
+    // The short names `--plugin` would find there.
+    j.begin_array("found");
+    for name in crate::plugin::catalog::found(&searched).0 {
+        j.item_str(&name);
     }
     j.end_array();
     match &f.descriptor {
