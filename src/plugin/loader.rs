@@ -68,15 +68,21 @@ fn candidate_names(short: &str) -> [String; 3] {
     ]
 }
 
-/// The directories searched for a short name: beside the binary, then each
-/// entry of `M0_PLUGIN_PATH`.
+/// The directories searched for a short name: beside the binary (a build's
+/// `target/release`), then `../lib/m0serve` from it (an installed
+/// `PREFIX/bin/m0serve` finds `PREFIX/lib/m0serve`, where `deploy/install`
+/// puts the plugins), then each entry of `M0_PLUGIN_PATH`.
 pub fn search_dirs() -> Vec<PathBuf> {
     let mut dirs = Vec::new();
     if let Some(dir) = std::env::current_exe()
         .ok()
         .and_then(|p| p.parent().map(Path::to_path_buf))
     {
+        let installed = dir.join("../lib/m0serve");
         dirs.push(dir);
+        if installed.is_dir() {
+            dirs.push(installed);
+        }
     }
     if let Some(path) = std::env::var_os("M0_PLUGIN_PATH") {
         dirs.extend(std::env::split_paths(&path).filter(|p| !p.as_os_str().is_empty()));
