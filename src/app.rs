@@ -5,8 +5,6 @@
 
 use std::path::PathBuf;
 
-use clap::Parser;
-
 use crate::checks;
 use crate::config::{Cli, Config};
 use crate::plugin::init_args::InitArgsOwned;
@@ -24,7 +22,7 @@ pub fn main() -> i32 {
         unsafe { crate::auth::scrub_environment() };
         probe::run_child(&PathBuf::from(path), init_in_probe);
     }
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::from_env() {
         Ok(cli) => cli,
         Err(e) => {
             // --help and --version are not errors.
@@ -37,13 +35,17 @@ pub fn main() -> i32 {
             if argv.iter().any(|a| a == "--doctor") {
                 // The doctor still answers in JSON, with the usage error as
                 // its failed check.
-                println!("{}", crate::doctor::usage_report(&message));
+                println!("{}", crate::doctor::usage_report(&e, &message));
             }
             eprint!("{message}");
             return 2;
         }
     };
+    if let Some(crate::config::Command::Completions { shell }) = cli.command {
+        return completions(shell);
+    }
     crate::log::set_level(cli.log_level);
+    crate::log::set_json(cli.log_format == crate::config::LogFormat::Json);
     let mut cfg = Config::from_cli(cli);
     if let Some(index) = std::env::var_os(process::ENV_WORKER_INDEX) {
         run_spawned_worker(cfg, index.to_string_lossy().parse().unwrap_or(0));
@@ -150,10 +152,10 @@ pub fn main() -> i32 {
                 Some(fd)
             }
             Err(e) => {
-                eprintln!(
-                    "m0serve: --metrics {at}: {}; pass a free address and port to --metrics, or drop it",
+                crate::log::error(format_args!(
+                    "--metrics {at}: {}; pass a free address and port to --metrics, or drop it",
                     e.message
-                );
+                ));
                 return 1;
             }
         },
@@ -165,7 +167,7 @@ pub fn main() -> i32 {
 /// The doctor's probe child: the plugin's init with the arguments the
 /// first forked worker would get, from this process's own command line.
 fn init_in_probe(plugin: &Plugin) -> Result<Calls, PluginError> {
-    let cli = Cli::try_parse().map_err(|e| PluginError {
+    let cli = Cli::from_env().map_err(|e| PluginError {
         exit_code: 2,
         message: e.to_string(),
         fix: None,
@@ -209,10 +211,24 @@ fn init_in_probe(plugin: &Plugin) -> Result<Calls, PluginError> {
 
 fn refuse(check: &checks::Check) -> i32 {
     match &check.fix {
-        Some(fix) => eprintln!("m0serve: {}; {fix}", check.detail),
-        None => eprintln!("m0serve: {}", check.detail),
+        Some(fix) => crate::log::error(format_args!("{}; {fix}", check.detail)),
+        None => crate::log::error(format_args!("{}", check.detail)),
     }
     check.exit.unwrap_or(1)
+}
+
+/// `m0serve completions SHELL`: the script on standard output.
+fn completions(shell: clap_complete::Shell) -> i32 {
+    use clap::CommandFactory;
+    let mut out = std::io::stdout().lock();
+    clap_complete::generate(shell, &mut Cli::command(), "m0serve", &mut out);
+    match std::io::Write::flush(&mut out) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("m0serve: cannot write the completion script: {e}");
+            1
+        }
+    }
 }
 
 fn run_spawned_worker(mut cfg: Config, index: u32) -> ! {

@@ -38,8 +38,22 @@ pub fn run(cfg: &Config, notify: &crate::sd_notify::Found) -> i32 {
         checks::record_bind(&mut findings, result);
     }
     let exit = findings.exit_code();
-    println!("{}", report(cfg, &findings, exit, notify.shown()));
+    println!(
+        "{}",
+        report(new_json(), cfg, &findings, exit, notify.shown())
+    );
     exit
+}
+
+/// Indented for a person at a terminal; one line for a program reading a
+/// pipe or a file (`jq`, a test, a log collector), as `jq` itself does.
+fn new_json() -> Json {
+    use std::io::IsTerminal;
+    if std::io::stdout().is_terminal() {
+        Json::pretty()
+    } else {
+        Json::new()
+    }
 }
 
 fn build_section(j: &mut Json) {
@@ -53,9 +67,33 @@ fn build_section(j: &mut Json) {
         .end_object();
 }
 
-/// The report for arguments that did not parse: exit 2, one failed check.
-pub fn usage_report(error: &str) -> String {
-    let mut j = Json::new();
+/// The report for arguments that did not parse: exit 2, one failed check,
+/// whose detail is clap's whole complaint (the missing arguments by name)
+/// and whose fix names what to pass.
+pub fn usage_report(e: &clap::Error, message: &str) -> String {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let missing: Vec<String> = match e.get(ContextKind::InvalidArg) {
+        Some(ContextValue::Strings(args)) if e.kind() == ErrorKind::MissingRequiredArgument => {
+            args.clone()
+        }
+        _ => Vec::new(),
+    };
+    let fix = match missing.as_slice() {
+        [] => "see m0serve --help".to_string(),
+        args => {
+            let plugin = args.iter().any(|a| a.starts_with("--plugin"));
+            format!(
+                "pass {}{}; see m0serve --help",
+                args.join(" and "),
+                if plugin {
+                    " (or set M0_PLUGIN): hello_c, hello_rs, wsgi, embed, pyembed, or a path to a plugin's .so"
+                } else {
+                    ""
+                }
+            )
+        }
+    };
+    let mut j = new_json();
     j.begin_object(None)
         .str("m0serve", env!("CARGO_PKG_VERSION"))
         .bool("ok", false)
@@ -66,13 +104,26 @@ pub fn usage_report(error: &str) -> String {
         .begin_object(None)
         .str("name", "usage")
         .bool("ok", false)
-        .str("detail", error.lines().next().unwrap_or("").trim())
-        .str("fix", "see m0serve --help")
+        .str("detail", &usage_detail(message))
+        .str("fix", &fix)
         .num("exit", 2)
         .end_object()
         .end_array()
         .end_object();
     j.finish()
+}
+
+/// clap's message on one line: everything before its usage, without the
+/// `error: ` it starts with.
+fn usage_detail(message: &str) -> String {
+    let text: Vec<&str> = message
+        .lines()
+        .take_while(|l| !l.starts_with("Usage:"))
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let text = text.join(" ");
+    text.strip_prefix("error: ").unwrap_or(&text).to_string()
 }
 
 /// The `python` object's members and the facts they come from, stated by a
@@ -90,9 +141,8 @@ const PYTHON_FACTS: [(&str, &str); 10] = [
     ("fork_unsafe", "python.fork_unsafe_modules"),
 ];
 
-fn report(cfg: &Config, f: &Findings, exit: i32, sd_notify: Option<&str>) -> String {
+fn report(mut j: Json, cfg: &Config, f: &Findings, exit: i32, sd_notify: Option<&str>) -> String {
     let cli = &cfg.cli;
-    let mut j = Json::new();
     j.begin_object(None)
         .str("m0serve", env!("CARGO_PKG_VERSION"))
         .bool("ok", exit == 0)
@@ -109,9 +159,16 @@ fn report(cfg: &Config, f: &Findings, exit: i32, sd_notify: Option<&str>) -> Str
             .map(|p| p.display().to_string())
             .as_deref(),
     );
+    let searched = crate::plugin::loader::search_dirs();
     j.begin_array("searched");
-    for dir in crate::plugin::loader::search_dirs() {
+    for dir in &searched {
         j.item_str(&dir.display().to_string());
+    }
+    j.end_array();
+    // The short names `--plugin` would find there.
+    j.begin_array("found");
+    for name in crate::plugin::catalog::found(&searched).0 {
+        j.item_str(&name);
     }
     j.end_array();
     match &f.descriptor {
@@ -300,6 +357,7 @@ fn report(cfg: &Config, f: &Findings, exit: i32, sd_notify: Option<&str>) -> Str
         .opt_str("metrics", cli.metrics.map(|a| a.to_string()).as_deref())
         .opt_str("access_log", cli.access_log.as_deref())
         .str("access_log_format", cli.access_log_format.name())
+        .str("log_format", cli.log_format.name())
         .opt_str("sd_notify", sd_notify)
         .num("max_body", cli.max_body)
         .num("max_header_bytes", cli.max_header_bytes)

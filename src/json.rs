@@ -1,4 +1,5 @@
-//! A small JSON writer for `--doctor`: keys come out in the order written.
+//! A small JSON writer for `--doctor`: keys come out in the order written,
+//! on one line, or indented by two spaces a level for a person to read.
 
 use std::fmt::Write;
 
@@ -7,19 +8,41 @@ pub struct Json {
     out: String,
     /// Per open container: has it had an element yet.
     first: Vec<bool>,
+    /// Each element on a line of its own, indented.
+    pretty: bool,
 }
 
 impl Json {
+    /// One line, no spaces.
     pub fn new() -> Json {
         Json::default()
     }
 
+    /// Indented, each element on a line of its own.
+    pub fn pretty() -> Json {
+        Json {
+            pretty: true,
+            ..Json::default()
+        }
+    }
+
+    fn newline(&mut self, depth: usize) {
+        self.out.push('\n');
+        for _ in 0..depth {
+            self.out.push_str("  ");
+        }
+    }
+
     fn sep(&mut self) {
+        let depth = self.first.len();
         if let Some(first) = self.first.last_mut() {
             if !*first {
                 self.out.push(',');
             }
             *first = false;
+            if self.pretty {
+                self.newline(depth);
+            }
         }
     }
 
@@ -27,6 +50,19 @@ impl Json {
         self.sep();
         string(&mut self.out, key);
         self.out.push(':');
+        if self.pretty {
+            self.out.push(' ');
+        }
+    }
+
+    /// Closes the innermost container with `close`; an empty one stays on
+    /// its opening line (`{}`).
+    fn close(&mut self, close: char) {
+        let empty = self.first.pop().unwrap_or(true);
+        if self.pretty && !empty {
+            self.newline(self.first.len());
+        }
+        self.out.push(close);
     }
 
     pub fn begin_object(&mut self, key: Option<&str>) -> &mut Self {
@@ -40,8 +76,7 @@ impl Json {
     }
 
     pub fn end_object(&mut self) -> &mut Self {
-        self.out.push('}');
-        self.first.pop();
+        self.close('}');
         self
     }
 
@@ -53,8 +88,7 @@ impl Json {
     }
 
     pub fn end_array(&mut self) -> &mut Self {
-        self.out.push(']');
-        self.first.pop();
+        self.close(']');
         self
     }
 
@@ -139,6 +173,26 @@ mod tests {
         assert_eq!(
             j.finish(),
             r#"{"a":"x\"y\n","b":2,"c":["z"],"d":{"e":true,"f":null}}"#
+        );
+    }
+
+    #[test]
+    fn pretty_indents_each_element_and_keeps_empty_containers_short() {
+        let mut j = Json::pretty();
+        j.begin_object(None)
+            .num("a", 1)
+            .begin_array("b")
+            .item_str("x")
+            .item_str("y")
+            .end_array()
+            .begin_object(Some("c"))
+            .end_object()
+            .begin_array("d")
+            .end_array()
+            .end_object();
+        assert_eq!(
+            j.finish(),
+            "{\n  \"a\": 1,\n  \"b\": [\n    \"x\",\n    \"y\"\n  ],\n  \"c\": {},\n  \"d\": []\n}"
         );
     }
 }

@@ -15,10 +15,11 @@
 //! so no two modules depend on each other; `tests/layering.rs` reads this
 //! list and fails on a use that breaks it, or on a module left out of it.
 //!
-//! 1. `auth`, `http`, `json`, `listener`, `log`, `memfd_map`, `process`,
+//! 1. `auth`, `http`, `json`, `listener`, `memfd_map`, `process`,
 //!    `sd_notify`, `signals`, `topology`: each stands on its own and uses
 //!    no other module of the crate.
-//! 2. `metrics_page`, `shared_page`: pages of atomics the processes share,
+//! 2. `log`, `metrics_page`, `shared_page`: the server's own lines,
+//!    dated by `http`'s calendar; pages of atomics the processes share,
 //!    each a `memfd_map`.
 //! 3. `config`: the command line and environment, resolved once (its
 //!    request limits are `http`'s).

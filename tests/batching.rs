@@ -602,8 +602,7 @@ fn workers_that_share_the_cpus_run_one_batch_per_cpu_of_their_part() {
     }
     let gate = Gate::new("shared_cpus");
     let s = start(&gate, &["--workers", "2"]);
-    let line =
-        format!("with {part} handler thread(s) (the plugin batches: {part} batch(es) at once");
+    let line = format!("{part} handler thread(s) (the plugin batches: {part} batch(es) at once");
     assert_eq!(s.wait_for_log_count(&line, 2, WAIT), 2, "{}", s.log());
 }
 

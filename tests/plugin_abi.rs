@@ -354,7 +354,9 @@ fn short_names_are_found_on_m0_plugin_path_and_misses_list_where_we_looked() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
-        err.contains("not found; looked for") && err.contains("libno_such_plugin.so"),
+        err.contains("not found")
+            && err.contains("; looked for ")
+            && err.contains("libno_such_plugin.so"),
         "{err}"
     );
 }

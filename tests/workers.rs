@@ -327,7 +327,10 @@ fn the_log_level_hides_the_tuning_detail_by_default() {
     assert!(default.contains("ready: serving"), "{default}");
     assert!(!default.contains("at the end; per request"), "{default}");
     let debug = run(Some("debug"));
-    assert!(debug.contains("debug: handler pool: "), "{debug}");
+    assert!(
+        debug.contains("[DEBUG] worker 0: handler pool: "),
+        "{debug}"
+    );
     let bad = command(&["--plugin", "hello_c", "--log-level", "loud"])
         .output()
         .unwrap();
@@ -457,7 +460,7 @@ fn startup_output_names_the_supervisor_each_worker_and_the_ready_banner() {
     let log = s.log();
     assert!(
         log.contains(&format!(
-            "m0serve[{}] supervisor: pid={} starting 3 worker(s) in fork mode",
+            "] [{}] [INFO] supervisor: pid={} starting 3 worker(s) in fork mode",
             s.pid(),
             s.pid()
         )),
@@ -486,7 +489,7 @@ fn as_pid_1_in_a_container_it_serves_reaps_and_exits_0_on_sigterm() {
     ]));
     let mut s = Server::start_cmd(cmd);
     assert!(
-        s.log().contains("m0serve[1] supervisor: pid=1 starting"),
+        s.log().contains("] [1] [INFO] supervisor: pid=1 starting"),
         "{}",
         s.log()
     );

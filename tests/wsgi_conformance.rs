@@ -232,18 +232,23 @@ fn logging_levels(mode: Mode) {
     let token = format!("lv{}{}", std::process::id(), mode.tag(""));
     let r = get(srv.port, &format!("/logging?token={token}"));
     assert_eq!(r.status, 200);
-    for (tag, what) in [
-        ("plugin debug: ", "logging debug"),
-        ("plugin: ", "logging info"),
-        ("plugin warning: ", "logging warning"),
-        ("plugin error: ", "logging error"),
-        ("plugin error: ", "direct write"),
+    for (level, what) in [
+        ("[DEBUG] ", "logging debug"),
+        ("[INFO] ", "logging info"),
+        ("[WARNING] ", "logging warning"),
+        ("[ERROR] ", "logging error"),
+        ("[ERROR] ", "direct write"),
     ] {
-        let line = format!("{tag}conformance {what} {token}");
+        let line = format!("plugin: conformance {what} {token}");
         assert!(
             srv.wait_log(&line, Duration::from_secs(5)),
             "{line:?} not in the server log:\n{}",
             srv.log()
+        );
+        let log = srv.log();
+        assert!(
+            log.lines().any(|l| l.contains(&line) && l.contains(level)),
+            "{line:?} is not at {level}in the server log:\n{log}"
         );
     }
 }

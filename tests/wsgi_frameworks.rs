@@ -137,12 +137,12 @@ fn flask_app_logger_keeps_its_levels() {
     let log = srv.log();
     let line = |needle: &str| log.lines().find(|l| l.contains(needle)).map(str::to_owned);
     assert!(
-        line(&error).is_some_and(|l| l.contains("plugin error: ") && l.contains("ERROR")),
+        line(&error).is_some_and(|l| l.contains("[ERROR] ") && l.contains(": plugin: ")),
         "{log}"
     );
     assert!(
         line(&format!("flask warning {mark}"))
-            .is_some_and(|l| l.contains("plugin warning: ") && l.contains("WARNING")),
+            .is_some_and(|l| l.contains("[WARNING] ") && l.contains(": plugin: ")),
         "{log}"
     );
 }

@@ -217,7 +217,8 @@ BATCH_LINE = re.compile(r"worker (\d+): batching: (\d+) call\(s\) for (\d+) requ
                         r"per call; sizes ((?:\S+:\d+ ?)+)")
 SERVING_LINE = re.compile(r"worker \d+: pid=\d+ (serving .*)$")
 COMPILE_LINE = re.compile(r"(max_minilm: compiled in [\d.]+ s \(.*\))")
-WARN_LINE = re.compile(r"^m0serve\[\d+\] (.*?(?:plugin warning|warning): .*)$")
+# `[time] [pid] [WARNING] worker 0: plugin: ...`: the role and message.
+WARN_LINE = re.compile(r"^\[[^\]]*\] \[\d+\] \[WARNING\] (.*)$")
 
 
 def log_since(path: Path, offset: int) -> str:

@@ -199,7 +199,7 @@ M0_EXPORT int32_t m0_plugin_init(const M0Host *h, const M0InitArgs *args, const 
      * is used only where the host's size reaches it (fact, below). */
     if (h == NULL || h->size < offsetof(M0Host, counter_add) + sizeof h->counter_add) {
         if (error != NULL) {
-            const char *msg = "hello_c needs a newer m0serve host table";
+            const char *msg = "hello_c needs a newer m0serve host table; upgrade m0serve";
             error->message_len = (uint32_t)strlen(msg);
             memcpy(error->message, msg, error->message_len);
         }

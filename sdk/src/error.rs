@@ -112,6 +112,9 @@ impl From<Error> for std::io::Error {
 
 /// Why init did not start the plugin. The message is the host's to print:
 /// name the problem and the fix, and the flag or variable that set it.
+/// Write the fix last, after `; ` ("greeter: ARG has two lines; pass one
+/// line"): the host reports the part after the last `; ` (or `; fix: `) as
+/// the fix, `--doctor`'s `fix` field, and the rest as the problem.
 #[derive(Debug)]
 pub struct InitError {
     pub(crate) code: i32,

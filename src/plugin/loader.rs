@@ -68,15 +68,21 @@ fn candidate_names(short: &str) -> [String; 3] {
     ]
 }
 
-/// The directories searched for a short name: beside the binary, then each
-/// entry of `M0_PLUGIN_PATH`.
+/// The directories searched for a short name: beside the binary (a build's
+/// `target/release`), then `../lib/m0serve` from it (an installed
+/// `PREFIX/bin/m0serve` finds `PREFIX/lib/m0serve`, where `deploy/install`
+/// puts the plugins), then each entry of `M0_PLUGIN_PATH`.
 pub fn search_dirs() -> Vec<PathBuf> {
     let mut dirs = Vec::new();
     if let Some(dir) = std::env::current_exe()
         .ok()
         .and_then(|p| p.parent().map(Path::to_path_buf))
     {
+        let installed = dir.join("../lib/m0serve");
         dirs.push(dir);
+        if installed.is_dir() {
+            dirs.push(installed);
+        }
     }
     if let Some(path) = std::env::var_os("M0_PLUGIN_PATH") {
         dirs.extend(std::env::split_paths(&path).filter(|p| !p.as_os_str().is_empty()));
@@ -105,8 +111,9 @@ pub fn resolve(spec: &str) -> Result<PathBuf, PluginError> {
             )
         };
     }
+    let dirs = search_dirs();
     let mut tried = Vec::new();
-    for dir in search_dirs() {
+    for dir in &dirs {
         for name in candidate_names(spec) {
             let path = dir.join(name);
             if path.is_file() {
@@ -115,11 +122,28 @@ pub fn resolve(spec: &str) -> Result<PathBuf, PluginError> {
             tried.push(path.display().to_string());
         }
     }
-    Err(PluginError::startup(format!(
-        "plugin {spec:?} not found; looked for {}",
+    let (found, holding) = super::catalog::found(&dirs);
+    let suggestion = super::catalog::closest(spec, &found);
+    let mut message = format!("plugin {spec:?} not found");
+    if let Some(name) = suggestion {
+        message.push_str(&format!(" (did you mean {name}?)"));
+    }
+    message.push_str(&format!(
+        "; plugins found: {}; looked for {}",
+        super::catalog::describe(&found, &holding),
         tried.join(", ")
-    ))
-    .fix("build it (cargo build) or set M0_PLUGIN_PATH"))
+    ));
+    let fix = match suggestion {
+        Some(name) => format!("pass --plugin {name}"),
+        None if !found.is_empty() => "pass --plugin with one of the plugins found, or a path \
+             to a plugin's .so, or add the folder that holds it to M0_PLUGIN_PATH"
+            .to_string(),
+        None => "build the plugins (cargo build --release puts them beside the binary; \
+             deploy/install puts them in PREFIX/lib/m0serve), or set M0_PLUGIN_PATH to the \
+             folder that holds them"
+            .to_string(),
+    };
+    Err(PluginError::startup(message).fix(fix))
 }
 
 /// An opened plugin whose descriptor passed the ABI checks.
@@ -227,11 +251,13 @@ impl Plugin {
             } else {
                 "failed to start"
             };
-            // The plugin's message says what to change, if anything does.
+            // The plugin's message says what to change, if anything does:
+            // its fix becomes the error's (see `refusal`).
+            let (problem, fix) = super::refusal::split(&detail);
             return Err(PluginError {
                 exit_code,
-                message: format!("plugin {name} {verb}: {detail}"),
-                fix: None,
+                message: format!("plugin {name} {verb}: {problem}"),
+                fix: fix.map(str::to_string),
             });
         }
         if calls.is_null() {

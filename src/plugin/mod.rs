@@ -2,12 +2,14 @@
 //! function table they call back into.
 
 pub mod call;
+pub mod catalog;
 pub mod descriptor;
 pub mod exchange;
 pub mod host;
 pub mod init_args;
 pub mod loader;
 pub mod probe;
+pub mod refusal;
 
 pub use descriptor::Descriptor;
 pub use loader::{Plugin, PluginError, resolve};

@@ -14,9 +14,10 @@
 
 use std::fs::File;
 use std::io::Write;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use crate::config::AccessLogFormat;
+use crate::log::line::{hex_escape, json_str, rfc3339, wall_clock};
 
 const FLUSH_BYTES: usize = 32 * 1024;
 pub const FLUSH_AFTER: Duration = Duration::from_millis(100);
@@ -226,61 +227,6 @@ fn apache_escape(out: &mut Vec<u8>, field: &[u8]) {
             _ => hex_escape(out, b),
         }
     }
-}
-
-fn hex_escape(out: &mut Vec<u8>, b: u8) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    out.extend_from_slice(&[b'\\', b'x', HEX[(b >> 4) as usize], HEX[(b & 15) as usize]]);
-}
-
-/// A JSON string of `field`: valid UTF-8 kept, control characters escaped,
-/// each byte of invalid UTF-8 written as the text `\xhh`.
-fn json_str(out: &mut Vec<u8>, field: &[u8]) {
-    out.push(b'"');
-    for chunk in field.utf8_chunks() {
-        for c in chunk.valid().chars() {
-            match c {
-                '"' => out.extend_from_slice(b"\\\""),
-                '\\' => out.extend_from_slice(b"\\\\"),
-                '\n' => out.extend_from_slice(b"\\n"),
-                '\r' => out.extend_from_slice(b"\\r"),
-                '\t' => out.extend_from_slice(b"\\t"),
-                c if (c as u32) < 0x20 || c == '\u{7f}' => {
-                    let _ = write!(out, "\\u{:04x}", c as u32);
-                }
-                c => {
-                    let mut utf8 = [0u8; 4];
-                    out.extend_from_slice(c.encode_utf8(&mut utf8).as_bytes());
-                }
-            }
-        }
-        for &b in chunk.invalid() {
-            // `\\` in JSON: the decoded text reads `\xhh`.
-            out.push(b'\\');
-            hex_escape(out, b);
-        }
-    }
-    out.push(b'"');
-}
-
-fn wall_clock() -> (u64, u32) {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    (now.as_secs(), now.subsec_micros())
-}
-
-/// `2026-12-02T03:14:15.123456Z`
-fn rfc3339(out: &mut Vec<u8>, secs: u64, micros: u32) {
-    let (y, mo, d) = crate::http::date::civil_from_days((secs / 86_400) as i64);
-    let rem = secs % 86_400;
-    let _ = write!(
-        out,
-        "{y:04}-{mo:02}-{d:02}T{:02}:{:02}:{:02}.{micros:06}Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60
-    );
 }
 
 /// `02/Dec/2026:03:14:15 +0000`

