@@ -22,6 +22,11 @@ def work(n: int = LOOPS) -> int:
 
 def app(environ, start_response):
     work()
+    if environ.get("PATH_INFO") == "/pid":
+        # Which worker answered: the accept-sharing bursts count it.
+        body = f"{os.getpid()}\n".encode()
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
+        return [body]
     start_response("200 OK", HEADERS)
     return [BODY]
 

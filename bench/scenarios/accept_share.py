@@ -11,7 +11,14 @@ Part 2, the cost of sharing on the cheapest route: the hello_c plugin,
 connections with `Connection: close` (one accept per request, which is
 where sharing does its work). Anchor: sharing off.
 
-The server is unpinned in both parts (two workers need both cores) and wrk
+Part 3, where connections land when clients come and go
+(`_bursts.py`): the part 1 view with two workers, sharing on against
+`--no-accept-share`: twenty back-to-back bursts of 32 connections (one
+request each, all closed, the next burst at once) and a churn load (wrk, 16
+clients, `Connection: close`), each with the per-worker split. Anchor:
+sharing off.
+
+The server is unpinned in all parts (two workers need both cores) and wrk
 runs one thread pinned to CPU 1, so one worker shares CPU 1 with wrk. At
 ~2k req/s wrk needs a few % of a core (part 1); in part 2 wrk needs most of
 CPU 1 and is the limit on keep-alive, so compare CPU µs/req there. The server
@@ -21,16 +28,22 @@ servers in rounds; the two parts run one after the other in one run.
 
 import re
 import subprocess
+import sys
 import types
+from pathlib import Path
 
 import harness as h
 from harness import Load, Server, fmt_ratio
+
+sys.path.insert(0, str(Path(__file__).parent))
+import _bursts  # noqa: E402
 
 TITLE = "accept_share — m0serve two workers: accept sharing on vs off vs one worker"
 ABOUT = ("Whether handing each new connection to the least-loaded worker lets two workers "
          "serve a GIL-bound WSGI view twice as fast, and what it costs on a hello route.")
 TARGET = ("GIL-holding view: two workers with sharing ≥ 1.7× one worker's req/s, with a p99 "
-          "that drops rather than rises; hello_c: sharing on within 3% of off.")
+          "that drops rather than rises; hello_c: sharing on within 3% of off; bursts of 32 "
+          "back to back: every burst within 21/11 with sharing on, the first 16/16.")
 NEEDS = ["wrk", "venv", "m0serve"]
 ROUNDS = 3
 DURATION = 10
@@ -103,6 +116,31 @@ HELLO_KA.verdict = _verdict_hello(HELLO_KA)
 HELLO_CLOSE.verdict = _verdict_hello(HELLO_CLOSE)
 
 
+def _bursts_server(name: str, share: bool) -> Server:
+    return Server(name, ["{m0serve}", "--plugin", "wsgi", "--app-dir", "{bench}/apps", "cpu_wsgi:app",
+                         "--host", "127.0.0.1", "--port", "{port}", "--workers", "2"]
+                  + ([] if share else ["--no-accept-share"]),
+                  cpus=None, expect=CPU_BODY)
+
+
+BURSTS_ON = _bursts_server("bursts: 2 workers, sharing on", True)
+BURSTS_OFF = _bursts_server("bursts: 2 workers, --no-accept-share", False)
+
+
+def _verdict_bursts(summary, bursts: int) -> str:
+    on, off = summary[BURSTS_ON.name], summary[BURSTS_OFF.name]
+    first_ok = all(f == [16, 16] for f in on["first"])
+    worst_ok = on["bursts_worst"] <= 21
+    ok = first_ok and worst_ok
+    return (f"Target (bursts of 32 back to back, sharing on): {'met' if ok else '**not met**'} "
+            f"(first bursts {', '.join(f'{a}/{b}' for a, b in on['first'])}; busiest worker of the "
+            f"later {bursts - 1} per sample at most {on['bursts_worst']} of 32, median "
+            f"{on['bursts_median']:g}; p99 {fmt_ratio(on['bursts_p99'] / off['bursts_p99'])} of "
+            f"sharing off, whose busiest worker took up to {off['bursts_worst']}). Churn: "
+            f"{fmt_ratio(on['churn_rps'] / off['churn_rps'])} sharing off's req/s, p99 "
+            f"{fmt_ratio(on['churn_p99'] / off['churn_p99'])}.")
+
+
 def service_time() -> str:
     """The view's pure-Python loop timed in-process, pinned to CPU 0."""
     r = subprocess.run(["taskset", "-c", "0", str(h.VENV / "bin" / "python"),
@@ -119,6 +157,10 @@ def run(opts) -> h.Report:
     st = service_time()
     h.log(f"cpu_wsgi service time: {st}")
     reps = [h.throughput(part, opts) for part in parts]
+    rounds = opts.rounds or (1 if opts.quick else ROUNDS)
+    duration = opts.duration or (3 if opts.quick else DURATION)
+    b_heads, b_rows, b_summary, bursts = _bursts.run([BURSTS_ON, BURSTS_OFF], BURSTS_OFF.name, opts,
+                                                      rounds, duration)
     st2 = service_time()
     m = re.search(r"([\d.]+) ms", st)
     cap = f", so one worker tops out near {1000 / float(m.group(1)):,.0f} req/s" if m else ""
@@ -133,6 +175,23 @@ def run(opts) -> h.Report:
         if p.LOADS[0].headers:     # the harness's setup line assumes keep-alive
             r.setup[0] = r.setup[0].replace(", keep-alive.", ", `Connection: close`.")
         setup += [f"Part 2 {p.TITLE}: {s}" for s in r.setup[:2]]
+    setup.append(f"Part 3: {rounds} sample(s) per server, alternated; each sample {bursts} bursts of "
+                 f"{_bursts.CONNS} (the first one's split listed per sample, the later ones' "
+                 f"latencies pooled) then wrk `-c{_bursts.CHURN_CONNS}` `Connection: close` for "
+                 f"{duration:g} s after a 1 s warm-up (its split: each worker's drained count, "
+                 "warm-up included).")
     rows = [r for rep in reps for r in rep.rows]
     notes = [n for rep in reps for n in rep.notes]
-    return h.Report(TITLE, reps[0].headers, rows, setup, notes)
+    notes.insert(0, _verdict_bursts(b_summary, bursts))
+    return TwoTables(TITLE, reps[0].headers, rows, setup, notes, b_heads, b_rows)
+
+
+class TwoTables(h.Report):
+    """Parts 1-2's table, then part 3's, whose columns differ."""
+
+    def __init__(self, title, headers, rows, setup, notes, headers2, rows2):
+        super().__init__(title, headers, rows, setup, notes)
+        self.second = h.Report("", headers2, rows2)
+
+    def table(self) -> str:
+        return super().table() + "\n\nPart 3, where connections land:\n\n" + self.second.table()
