@@ -365,7 +365,11 @@ texts = json.loads(sys.argv[2])
 out = []
 for s in texts:
     e = t.encode(s)
-    out.append({"ids": e.ids, "special": e.special_tokens_mask,
+    # The package's offsets count chars; TEI answers bytes of the UTF-8 input.
+    def byte(i):
+        return len(s[:i].encode())
+    spans = [[byte(a), byte(b)] for a, b in e.offsets]
+    out.append({"ids": e.ids, "special": e.special_tokens_mask, "spans": spans,
                 "plain": t.encode(s, add_special_tokens=False).ids,
                 "decoded": t.decode(e.ids), "decoded_all": t.decode(e.ids, skip_special_tokens=False)})
 print(json.dumps(out))
@@ -392,16 +396,26 @@ print(json.dumps(out))
             .map(|x| x.as_u64().unwrap())
             .collect();
         assert_eq!(ids, want_ids, "{text}");
-        for (t, special) in tokens.iter().zip(want[i]["special"].as_array().unwrap()) {
+        let specials = want[i]["special"].as_array().unwrap();
+        let spans = want[i]["spans"].as_array().unwrap();
+        for ((t, special), span) in tokens.iter().zip(specials).zip(spans) {
             let sp = special.as_u64() == Some(1);
             assert_eq!(t["special"], sp, "{t}");
             if sp {
                 assert!(t["start"].is_null() && t["stop"].is_null(), "{t}");
             } else {
-                // Byte offsets into the input, and the text they cover.
-                let (a, b) = (t["start"].as_u64().unwrap(), t["stop"].as_u64().unwrap());
-                let bytes = &text.as_bytes()[a as usize..b as usize];
-                assert_eq!(t["text"], String::from_utf8_lossy(bytes).as_ref(), "{t}");
+                // The package's offsets, in bytes of the input, and the
+                // input's text between them: never empty for a WordPiece
+                // token of these texts.
+                let (a, b) = (span[0].as_u64().unwrap(), span[1].as_u64().unwrap());
+                assert!(a < b, "{text}: the package gives {span} for {t}");
+                assert_eq!(
+                    (t["start"].as_u64(), t["stop"].as_u64()),
+                    (Some(a), Some(b)),
+                    "{text}: {t}"
+                );
+                let covered = &text[a as usize..b as usize];
+                assert_eq!(t["text"], covered, "{text}: {t}");
             }
         }
         // Without special tokens.
