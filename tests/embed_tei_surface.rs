@@ -16,6 +16,7 @@ use std::process::Command;
 
 use embed::{embed_doctor, post, reference, vectors};
 use serde_json::{Value, json};
+use support::test_dir::{TestDir, link_tree};
 use support::{Client, Server, command, plugin};
 
 fn minilm() -> PathBuf {
@@ -34,23 +35,17 @@ fn serve_dir(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
 }
 
 /// The MiniLM folder with a `config_sentence_transformers.json` holding
-/// two prompts.
-fn with_prompts() -> PathBuf {
-    let dir = support::scratch_dir("embed_prompts");
-    let src = minilm();
-    for e in std::fs::read_dir(&src).unwrap().flatten() {
-        let to = dir.join(e.file_name());
-        if e.path().is_dir() {
-            std::fs::create_dir_all(&to).unwrap();
-            for f in std::fs::read_dir(e.path()).unwrap().flatten() {
-                std::fs::copy(f.path(), to.join(f.file_name())).unwrap();
-            }
-        } else {
-            std::fs::copy(e.path(), to).unwrap();
-        }
-    }
+/// two prompts, in a folder of this test (the weights linked, the small
+/// files copied).
+fn with_prompts() -> TestDir {
+    let dir = TestDir::new("embed_prompts");
+    link_tree(&minilm(), &dir);
+    let file = dir.join("config_sentence_transformers.json");
+    // A copy, never a link: removed first all the same, so that the write
+    // cannot reach the venv's file.
+    let _ = std::fs::remove_file(&file);
     std::fs::write(
-        dir.join("config_sentence_transformers.json"),
+        file,
         json!({"prompts": {"query": "query: ", "passage": "passage: "}}).to_string(),
     )
     .unwrap();

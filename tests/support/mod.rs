@@ -12,6 +12,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub mod test_dir;
+
 /// Tests of one binary that measure, or share a CPU, take turns: hold the
 /// guard for the whole test. A test that failed holding it does not stop
 /// the others.
