@@ -466,9 +466,11 @@ impl Drop for Server {
 }
 
 fn ready_addr(log: &str) -> Option<SocketAddr> {
-    let line = log.lines().find(|l| l.contains("ready: serving http://"))?;
-    let rest = line.split("http://").nth(1)?;
-    rest.split_whitespace().next()?.parse().ok()
+    // The first line that holds an address after it: a script that starts
+    // the server may say the words before the server does.
+    log.lines()
+        .filter_map(|l| l.split("ready: serving http://").nth(1))
+        .find_map(|rest| rest.split_whitespace().next()?.parse().ok())
 }
 
 /// A parsed HTTP response.
