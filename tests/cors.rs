@@ -10,6 +10,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::process::Command;
 
+use support::test_dir::TestDir;
 use support::{Client, Server, command, plugin, raw_exchange};
 
 const PAGE_ORIGIN: &str = "http://127.0.0.1:9";
@@ -73,7 +74,8 @@ fn preflights_are_answered_by_the_core_and_only_allowed_origins_are_echoed() {
 
 #[test]
 fn any_origin_and_a_key_refusal_a_page_can_read() {
-    let keys = support::scratch_dir("cors").join("keys");
+    let dir = TestDir::new("cors_keys");
+    let keys = dir.join("keys");
     std::fs::write(&keys, "sk-cors-key-1\n").unwrap();
     std::fs::set_permissions(&keys, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let s = hello(&[
@@ -156,9 +158,16 @@ run();
 }
 
 fn chromium_dom(url: &str) -> String {
-    let dir = support::scratch_dir("cors")
-        .join(format!("profile-{}", url.rsplit(':').next().unwrap_or("x")));
-    let out = Command::new("chromium")
+    // A fresh profile per page, removed when the page was read.
+    let page: String = url
+        .rsplit(':')
+        .next()
+        .unwrap_or("x")
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .collect();
+    let dir = TestDir::new(&format!("cors-profile-{page}"));
+    let out = Command::new(support::tools::system_tool("chromium"))
         .args([
             "--headless",
             "--no-sandbox",
@@ -180,7 +189,7 @@ fn chromium_dom(url: &str) -> String {
 /// blocked by the browser itself.
 #[test]
 fn a_browser_page_of_an_allowed_origin_embeds_and_another_origin_is_blocked() {
-    support::ensure_apt_tool("chromium", "--version", "chromium");
+    support::tools::system_tool("chromium");
     let key = "sk-browser-key-5";
     let (allowed_page, other_page) = {
         // The pages' ports are known before the server starts: it must

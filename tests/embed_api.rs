@@ -22,6 +22,7 @@ use embed::{
     stop_and_read_batching, vectors,
 };
 use serde_json::{Value, json};
+use support::test_dir::{TestDir, link_tree};
 use support::{Client, Server, command, plugin};
 
 fn minilm() -> PathBuf {
@@ -396,25 +397,13 @@ fn the_openai_and_huggingface_hub_clients_work_unchanged() {
     assert_eq!(v["openai_empty"]["type"], "BadRequestError", "{v}");
 }
 
-/// A copy of the MiniLM folder, changed by `edit`, in a scratch dir.
-fn broken_copy(name: &str, edit: impl FnOnce(&Path)) -> PathBuf {
-    let dir = support::scratch_dir(&format!("embed_{name}"));
-    let src = minilm();
-    copy_tree(&src, &dir);
+/// The MiniLM folder linked into a folder of this test (its weights
+/// linked, its small files copied), changed by `edit`.
+fn broken_copy(name: &str, edit: impl FnOnce(&Path)) -> TestDir {
+    let dir = TestDir::new(&format!("embed_{name}"));
+    link_tree(&minilm(), &dir);
     edit(&dir);
     dir
-}
-
-fn copy_tree(src: &Path, dst: &Path) {
-    std::fs::create_dir_all(dst).unwrap();
-    for e in std::fs::read_dir(src).unwrap().flatten() {
-        let to = dst.join(e.file_name());
-        if e.path().is_dir() {
-            copy_tree(&e.path(), &to);
-        } else {
-            std::fs::copy(e.path(), to).unwrap();
-        }
-    }
 }
 
 fn run_to_exit(dir: &Path, doctor: bool) -> (Option<i32>, String) {

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 use embed::{cosine, post, reference, vectors};
 use serde_json::{Value, json};
+use support::test_dir::TestDir;
 use support::{Client, Server, command, plugin};
 
 fn minilm() -> PathBuf {
@@ -109,8 +110,7 @@ fn measure(workers: usize, cache: &Path) -> Vec<(u64, u64)> {
 
 #[test]
 fn two_workers_share_one_copy_of_the_weights() {
-    let cache = support::scratch_dir("embed_memory_cache");
-    let _ = std::fs::remove_dir_all(&cache);
+    let cache = TestDir::new("embed_memory_cache");
     // Two workers first, into an empty cache folder: one of them writes
     // the cache, so any memory that costs counts against sharing.
     let two = measure(2, &cache);
@@ -136,7 +136,7 @@ fn two_workers_share_one_copy_of_the_weights() {
 
 #[test]
 fn the_doctor_reports_the_weights_mapped_shared_and_from_where() {
-    let cache = support::scratch_dir("embed_memory_doctor");
+    let cache = TestDir::new("embed_memory_doctor");
     let p = plugin("embed");
     let dir = minilm();
     let out = command(&[
@@ -145,7 +145,7 @@ fn the_doctor_reports_the_weights_mapped_shared_and_from_where() {
         p.to_str().unwrap(),
         dir.to_str().unwrap(),
     ])
-    .env("M0_EMBED_CACHE_DIR", &cache)
+    .env("M0_EMBED_CACHE_DIR", cache.path())
     .output()
     .unwrap();
     let report = String::from_utf8_lossy(&out.stdout);
@@ -165,13 +165,13 @@ fn the_doctor_reports_the_weights_mapped_shared_and_from_where() {
         facts["embed.weights_mapped_bytes"]
     );
     let file = PathBuf::from(facts["embed.weights_file"].as_str().unwrap());
-    assert_eq!(file.parent(), Some(cache.as_path()), "{v}");
+    assert_eq!(file.parent(), Some(cache.path()), "{v}");
     assert!(std::fs::metadata(&file).unwrap().len() >= mapped, "{v}");
 }
 
 #[test]
 fn a_long_batch_leaves_no_buffers_behind() {
-    let cache = support::scratch_dir("embed_memory_cache_long");
+    let cache = TestDir::new("embed_memory_cache_long");
     let s = serve("1", &cache);
     serve_the_reference(&s);
     let pid = s.worker_pids()[0];

@@ -16,6 +16,7 @@ use std::process::Command;
 
 use embed::{embed_doctor, post, reference, vectors};
 use serde_json::{Value, json};
+use support::test_dir::{TestDir, link_tree};
 use support::{Client, Server, command, plugin};
 
 fn minilm() -> PathBuf {
@@ -34,23 +35,17 @@ fn serve_dir(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
 }
 
 /// The MiniLM folder with a `config_sentence_transformers.json` holding
-/// two prompts.
-fn with_prompts() -> PathBuf {
-    let dir = support::scratch_dir("embed_prompts");
-    let src = minilm();
-    for e in std::fs::read_dir(&src).unwrap().flatten() {
-        let to = dir.join(e.file_name());
-        if e.path().is_dir() {
-            std::fs::create_dir_all(&to).unwrap();
-            for f in std::fs::read_dir(e.path()).unwrap().flatten() {
-                std::fs::copy(f.path(), to.join(f.file_name())).unwrap();
-            }
-        } else {
-            std::fs::copy(e.path(), to).unwrap();
-        }
-    }
+/// two prompts, in a folder of this test (the weights linked, the small
+/// files copied).
+fn with_prompts() -> TestDir {
+    let dir = TestDir::new("embed_prompts");
+    link_tree(&minilm(), &dir);
+    let file = dir.join("config_sentence_transformers.json");
+    // A copy, never a link: removed first all the same, so that the write
+    // cannot reach the venv's file.
+    let _ = std::fs::remove_file(&file);
     std::fs::write(
-        dir.join("config_sentence_transformers.json"),
+        file,
         json!({"prompts": {"query": "query: ", "passage": "passage: "}}).to_string(),
     )
     .unwrap();
@@ -365,7 +360,11 @@ texts = json.loads(sys.argv[2])
 out = []
 for s in texts:
     e = t.encode(s)
-    out.append({"ids": e.ids, "special": e.special_tokens_mask,
+    # The package's offsets count chars; TEI answers bytes of the UTF-8 input.
+    def byte(i):
+        return len(s[:i].encode())
+    spans = [[byte(a), byte(b)] for a, b in e.offsets]
+    out.append({"ids": e.ids, "special": e.special_tokens_mask, "spans": spans,
                 "plain": t.encode(s, add_special_tokens=False).ids,
                 "decoded": t.decode(e.ids), "decoded_all": t.decode(e.ids, skip_special_tokens=False)})
 print(json.dumps(out))
@@ -392,16 +391,26 @@ print(json.dumps(out))
             .map(|x| x.as_u64().unwrap())
             .collect();
         assert_eq!(ids, want_ids, "{text}");
-        for (t, special) in tokens.iter().zip(want[i]["special"].as_array().unwrap()) {
+        let specials = want[i]["special"].as_array().unwrap();
+        let spans = want[i]["spans"].as_array().unwrap();
+        for ((t, special), span) in tokens.iter().zip(specials).zip(spans) {
             let sp = special.as_u64() == Some(1);
             assert_eq!(t["special"], sp, "{t}");
             if sp {
                 assert!(t["start"].is_null() && t["stop"].is_null(), "{t}");
             } else {
-                // Byte offsets into the input, and the text they cover.
-                let (a, b) = (t["start"].as_u64().unwrap(), t["stop"].as_u64().unwrap());
-                let bytes = &text.as_bytes()[a as usize..b as usize];
-                assert_eq!(t["text"], String::from_utf8_lossy(bytes).as_ref(), "{t}");
+                // The package's offsets, in bytes of the input, and the
+                // input's text between them: never empty for a WordPiece
+                // token of these texts.
+                let (a, b) = (span[0].as_u64().unwrap(), span[1].as_u64().unwrap());
+                assert!(a < b, "{text}: the package gives {span} for {t}");
+                assert_eq!(
+                    (t["start"].as_u64(), t["stop"].as_u64()),
+                    (Some(a), Some(b)),
+                    "{text}: {t}"
+                );
+                let covered = &text[a as usize..b as usize];
+                assert_eq!(t["text"], covered, "{text}: {t}");
             }
         }
         // Without special tokens.

@@ -1,7 +1,7 @@
 //! `--metrics`: the whole server's Prometheus exposition, checked by
 //! `promtool` and scraped by a real Prometheus server; counters that do not
 //! go backwards when a worker dies. Prometheus comes from Debian's
-//! `prometheus` package, installed by `ensure_prometheus` when missing.
+//! `prometheus` package (tests/install-tools).
 
 mod support;
 
@@ -9,11 +9,12 @@ use std::net::{SocketAddr, TcpListener};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{Client, Server, plugin, scratch_dir};
+use support::test_dir::TestDir;
+use support::{Client, Server, plugin};
 
-/// `promtool` and `prometheus` on PATH (Debian's package).
-fn ensure_prometheus() {
-    support::ensure_apt_tool("promtool", "--version", "prometheus");
+/// Debian's `prometheus` package's `promtool` or `prometheus`.
+fn prometheus_tool(name: &str) -> std::path::PathBuf {
+    support::tools::system_tool(name)
 }
 
 fn free_addr() -> SocketAddr {
@@ -80,7 +81,7 @@ fn settled(metrics: SocketAddr, series: &str, expected: f64) -> String {
 
 fn promtool_check(text: &str) {
     use std::io::Write;
-    let mut child = Command::new("promtool")
+    let mut child = Command::new(prometheus_tool("promtool"))
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -121,7 +122,7 @@ fn load(addr: SocketAddr, ok: usize, missing: usize) -> usize {
 }
 
 fn exposition_passes_promtool_and_counts_every_response(extra: &[&str]) {
-    ensure_prometheus();
+    prometheus_tool("promtool");
     let (s, metrics) = serve(extra);
     let bytes = load(s.addr, 50, 7);
     settled(metrics, "m0serve_requests_total{code=\"2xx\"}", 50.0);
@@ -196,10 +197,8 @@ fn counters_do_not_go_backwards_when_a_worker_dies() {
 /// number of requests sent, exactly.
 #[test]
 fn a_real_prometheus_scrapes_the_server_and_counts_what_was_sent() {
-    ensure_prometheus();
     let (s, metrics) = serve(&[]);
-    let dir = scratch_dir("prometheus");
-    let _ = std::fs::remove_dir_all(dir.join("data"));
+    let dir = TestDir::new("prometheus");
     let config = dir.join("prometheus.yml");
     std::fs::write(
         &config,
@@ -208,7 +207,7 @@ fn a_real_prometheus_scrapes_the_server_and_counts_what_was_sent() {
         ),
     )
     .unwrap();
-    let (mut prom, web) = start_prometheus(&config, &dir);
+    let (prom, web) = start_prometheus(&config, &dir);
     let api = |path: &str| -> serde_json::Value {
         match std::net::TcpStream::connect(web) {
             Ok(_) => {
@@ -240,32 +239,43 @@ fn a_real_prometheus_scrapes_the_server_and_counts_what_was_sent() {
         );
         got == sent.to_string()
     });
-    let _ = prom.kill();
-    let _ = prom.wait();
-    drop(s);
+    drop((prom, s));
+}
+
+/// A Prometheus server this test started, killed (and reaped) when
+/// dropped, the test passed or not: nothing it started outlives it.
+struct Prometheus(Child);
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// Prometheus on a port found free: another process may take the port
 /// between the probe and Prometheus' bind, so a Prometheus that exits, or a
 /// port whose answer is not Prometheus', gets another port.
-fn start_prometheus(config: &std::path::Path, dir: &std::path::Path) -> (Child, SocketAddr) {
+fn start_prometheus(config: &std::path::Path, dir: &std::path::Path) -> (Prometheus, SocketAddr) {
     for _ in 0..5 {
         let web = free_addr();
-        let mut prom = Command::new("prometheus")
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("data").display()
-            ))
-            .arg(format!("--web.listen-address={web}"))
-            .arg("--log.level=warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start prometheus");
+        let mut prom = Prometheus(
+            Command::new(prometheus_tool("prometheus"))
+                .arg(format!("--config.file={}", config.display()))
+                .arg(format!(
+                    "--storage.tsdb.path={}",
+                    dir.join("data").display()
+                ))
+                .arg(format!("--web.listen-address={web}"))
+                .arg("--log.level=warn")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start prometheus"),
+        );
         let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
-            if prom.try_wait().ok().flatten().is_some() {
+            if prom.0.try_wait().ok().flatten().is_some() {
                 break;
             }
             if std::net::TcpStream::connect(web).is_ok() {
@@ -276,8 +286,7 @@ fn start_prometheus(config: &std::path::Path, dir: &std::path::Path) -> (Child, 
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        let _ = prom.kill();
-        let _ = prom.wait();
+        drop(prom);
     }
     panic!("prometheus did not start on any of 5 free ports");
 }

@@ -1,8 +1,10 @@
-//! Behind nginx (Debian's, installed by the test when missing), with the
+//! Behind nginx (Debian's `nginx-light`, from tests/install-tools), with the
 //! checked-in `deploy/nginx/m0serve.conf` over two instances: rolling
 //! restarts (SIGHUP each, then a stop and start of each in turn) while a
 //! client sends GETs fail none of them; a kill -9 of one instance's
-//! supervisor fails at most the request in flight there.
+//! supervisor fails at most the request in flight there. nginx is stopped
+//! as nginx is stopped (SIGQUIT), and each test checks that none of its
+//! processes outlives it.
 
 mod support;
 
@@ -11,13 +13,10 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use support::{Server, binary, plugin, repo_root, scratch_dir};
-
-fn ensure_nginx() {
-    support::ensure_apt_tool("nginx", "-v", "nginx-light");
-}
+use support::test_dir::TestDir;
+use support::{Server, binary, plugin, repo_root};
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -42,20 +41,114 @@ fn instance(port: u16) -> Server {
 struct Nginx {
     child: Child,
     addr: SocketAddr,
+    /// Its prefix (config, pid file, logs, temp files), removed when the
+    /// test passes.
+    _dir: TestDir,
+}
+
+/// The pids of the running processes whose parent is `parent`, with
+/// their names (/proc/PID/stat's comm).
+fn children_of(parent: u32) -> Vec<(u32, String)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // "PID (COMM) STATE PPID ...": COMM may hold spaces and parentheses.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let mut rest = stat[close + 1..].split_whitespace();
+        let (state, ppid) = (rest.next(), rest.next().and_then(|p| p.parse::<u32>().ok()));
+        if ppid == Some(parent) && state != Some("Z") {
+            out.push((pid, stat[open + 1..close].to_string()));
+        }
+    }
+    out
+}
+
+/// Whether `pid` is a live (not zombie) process named `name`.
+fn alive(pid: u32, name: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        let named = stat.contains(&format!("({name})"));
+        let state = stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().next());
+        named && state != Some("Z")
+    })
+}
+
+impl Nginx {
+    /// The master's worker processes.
+    fn workers(&self) -> Vec<u32> {
+        children_of(self.child.id())
+            .into_iter()
+            .filter(|(_, name)| name == "nginx")
+            .map(|(pid, _)| pid)
+            .collect()
+    }
+
+    fn stop(&mut self) -> Option<std::process::ExitStatus> {
+        quit(&mut self.child)
+    }
+}
+
+/// Stops an nginx master as nginx is stopped: SIGQUIT, a graceful shutdown
+/// in which the master tells its workers to finish, waits for each and only
+/// then exits (SIGKILL would kill the master alone and leave its workers
+/// running, listening, for good). Should it not exit within a minute,
+/// SIGTERM (a fast shutdown, which also waits for the workers).
+fn quit(master: &mut Child) -> Option<std::process::ExitStatus> {
+    if let Ok(Some(status)) = master.try_wait() {
+        return Some(status);
+    }
+    let pid = master.id() as i32;
+    // SAFETY: signalling the nginx master this test started and has not
+    // reaped, so the pid is still its.
+    unsafe { libc::kill(pid, libc::SIGQUIT) };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = master.try_wait() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: as above: not yet reaped.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    master.wait().ok()
 }
 
 impl Drop for Nginx {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.stop();
     }
+}
+
+/// Stops nginx and checks that its master exited and that none of the
+/// workers it had outlives it.
+fn stop_nginx(mut proxy: Nginx) {
+    let workers = proxy.workers();
+    assert!(!workers.is_empty(), "nginx has no worker process");
+    let status = proxy.stop();
+    let left: Vec<u32> = workers.into_iter().filter(|&w| alive(w, "nginx")).collect();
+    assert!(
+        left.is_empty(),
+        "nginx worker process(es) {left:?} outlived their master (which exited {status:?})"
+    );
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "nginx did not exit 0 on SIGQUIT: {status:?}"
+    );
 }
 
 /// nginx in the foreground with the checked-in config, its three ports
 /// replaced by the ones given.
 fn nginx(a: u16, b: u16) -> Nginx {
-    ensure_nginx();
-    let dir = scratch_dir(&format!("nginx-{a}"));
+    let nginx = support::tools::system_tool("nginx");
+    let dir = TestDir::new(&format!("nginx-{a}"));
     std::fs::create_dir_all(dir.join("logs")).unwrap();
     // nginx cannot take port 0 and say which it got: a port found free may
     // be taken before nginx binds it, so an nginx that exits gets another.
@@ -75,9 +168,9 @@ fn nginx(a: u16, b: u16) -> Nginx {
         );
         let path = dir.join("nginx.conf");
         std::fs::write(&path, conf).unwrap();
-        let mut child = Command::new("nginx")
+        let mut child = Command::new(&nginx)
             .arg("-p")
-            .arg(&dir)
+            .arg(&*dir)
             .arg("-c")
             .arg(&path)
             .stdout(Stdio::null())
@@ -90,12 +183,16 @@ fn nginx(a: u16, b: u16) -> Nginx {
                 break;
             }
             if TcpStream::connect(addr).is_ok() {
-                return Nginx { child, addr };
+                return Nginx {
+                    child,
+                    addr,
+                    _dir: dir,
+                };
             }
             std::thread::sleep(Duration::from_millis(25));
         }
-        let _ = child.kill();
-        let _ = child.wait();
+        // It never listened: its master exited, or is stopped here.
+        quit(&mut child);
     }
     panic!("nginx did not listen on any of 5 free ports");
 }
@@ -197,7 +294,8 @@ fn rolling_restarts_behind_nginx_fail_no_request() {
         a.log(),
         b.log()
     );
-    drop((a, b, proxy));
+    stop_nginx(proxy);
+    drop((a, b));
 }
 
 #[test]
@@ -219,5 +317,6 @@ fn a_killed_instance_fails_at_most_the_request_in_flight() {
     // whose upstream died before it answered.
     assert!(failed <= 1, "{failed} of {sent} GETs failed\n{}", b.log());
     assert!(sent > 100, "the client sent only {sent}");
-    drop((a, b, proxy));
+    stop_nginx(proxy);
+    drop((a, b));
 }

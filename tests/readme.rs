@@ -50,8 +50,11 @@ enum Kind {
     Command,
 }
 
+/// The README's command that runs every test; `.ci/run` runs it too.
+const TEST_COMMAND: &str = "tests/run";
+
 fn kind(line: &str) -> Kind {
-    if line.starts_with("cargo test") {
+    if line == TEST_COMMAND || line.starts_with("cargo test") {
         Kind::ThisSuite
     } else if line.starts_with("curl ") {
         Kind::Client
@@ -107,14 +110,27 @@ fn the_readmes_commands_are_found_and_classified() {
         commands.first().map(String::as_str),
         Some("cargo run --release -- --plugin hello_c")
     );
-    assert!(
-        commands
-            .iter()
-            .any(|c| c == "cargo test --workspace --no-fail-fast")
-    );
+    let suite = commands.iter().position(|c| c == TEST_COMMAND);
+    assert!(suite.is_some(), "no `{TEST_COMMAND}` in {commands:#?}");
+    // What people run first comes before the test suite: the demo, the
+    // embedding server and the WSGI (Flask) example.
+    for first in ["plugins/embed/run", "--plugin wsgi"] {
+        let at = commands.iter().position(|c| c.contains(first));
+        assert!(
+            at.is_some_and(|i| Some(i) < suite),
+            "`{first}` must come before `{TEST_COMMAND}`: {commands:#?}"
+        );
+    }
     // Every client line comes after a server line.
     let first_client = kinds.iter().position(|k| *k == Kind::Client);
     assert!(first_client.is_some_and(|i| i > 0), "{commands:#?}");
+    // CI runs exactly the README's test command.
+    let ci = std::fs::read_to_string(repo_root().join(".ci/run")).unwrap();
+    assert!(
+        ci.lines()
+            .any(|l| l.split("||").next().unwrap_or("").trim() == TEST_COMMAND),
+        ".ci/run does not run `{TEST_COMMAND}`, the README's test command:\n{ci}"
+    );
 }
 
 #[test]

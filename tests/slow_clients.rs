@@ -8,7 +8,8 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use support::{Client, hello_c, scratch_dir, status_of};
+use support::test_dir::TestDir;
+use support::{Client, hello_c, status_of};
 
 /// 300 connections trickle a head a byte every 100 ms; the header timeout
 /// (1 s, from the first byte) ends every one with 408 or a close, and 200
@@ -296,8 +297,9 @@ fn a_body_below_the_minimum_rate_is_cut_and_one_above_it_is_served() {
 /// answers spill, thousands in a row.
 #[test]
 fn pipelining_clients_take_turns_of_at_most_16_answers() {
-    let log = scratch_dir("slow_clients").join("turns.log");
-    let _ = std::fs::remove_file(&log);
+    // 200,000 lines (16 MB), removed when the test passes.
+    let dir = TestDir::new("slow_clients");
+    let log = dir.join("turns.log");
     let mut s = hello_c(&[
         "--max-keepalive-requests",
         "0",

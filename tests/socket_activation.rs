@@ -118,7 +118,7 @@ fn a_socket_unit_that_passes_anything_but_one_listener_is_refused_with_78() {
 #[test]
 fn systemd_socket_activate_starts_the_server_with_its_socket() {
     let _serial = support::serial();
-    support::ensure_apt_tool("systemd-socket-activate", "--help", "systemd");
+    let activate = support::tools::system_tool("systemd-socket-activate");
     // The activator cannot be told port 0 and say which it got: a free
     // port is found, and another one tried if some other test took it
     // before the activator bound it.
@@ -129,7 +129,7 @@ fn systemd_socket_activate_starts_the_server_with_its_socket() {
                 .unwrap()
                 .local_addr()
                 .unwrap();
-            let mut child = Command::new("systemd-socket-activate")
+            let mut child = Command::new(&activate)
                 .arg("-l")
                 .arg(addr.to_string())
                 .arg(binary())

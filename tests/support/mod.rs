@@ -12,6 +12,9 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub mod test_dir;
+pub mod tools;
+
 /// Tests of one binary that measure, or share a CPU, take turns: hold the
 /// guard for the whole test. A test that failed holding it does not stop
 /// the others.
@@ -463,9 +466,11 @@ impl Drop for Server {
 }
 
 fn ready_addr(log: &str) -> Option<SocketAddr> {
-    let line = log.lines().find(|l| l.contains("ready: serving http://"))?;
-    let rest = line.split("http://").nth(1)?;
-    rest.split_whitespace().next()?.parse().ok()
+    // The first line that holds an address after it: a script that starts
+    // the server may say the words before the server does.
+    log.lines()
+        .filter_map(|l| l.split("ready: serving http://").nth(1))
+        .find_map(|rest| rest.split_whitespace().next()?.parse().ok())
 }
 
 /// A parsed HTTP response.
@@ -748,39 +753,4 @@ pub fn bad_plugin(name: &str, defines: &[&str]) -> PathBuf {
     args.extend_from_slice(defines);
     cc(&args, &out);
     out
-}
-
-/// Make sure `tool` runs (`tool version_arg` exits 0), installing Debian's
-/// `package` when it does not (CI runs as root on a fresh machine). One
-/// install at a time in this test binary: dpkg takes a lock, and tests run
-/// in parallel.
-pub fn ensure_apt_tool(tool: &str, version_arg: &str, package: &str) {
-    static INSTALLING: Mutex<()> = Mutex::new(());
-    let _one = INSTALLING.lock().unwrap_or_else(|e| e.into_inner());
-    let have = || {
-        Command::new(tool)
-            .arg(version_arg)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if have() {
-        return;
-    }
-    let install = || {
-        Command::new("apt-get")
-            .args(["install", "-y", "-q", "--no-install-recommends", package])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if !install() {
-        let _ = Command::new("apt-get").args(["update", "-q"]).status();
-        assert!(
-            install(),
-            "this test needs {tool}: apt-get install {package} (as root) failed"
-        );
-    }
-    assert!(have(), "{tool} is still missing after installing {package}");
 }

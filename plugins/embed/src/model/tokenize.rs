@@ -357,19 +357,22 @@ impl Tokenizer {
 
     /// The tokens of `text`, with `add_special_tokens` the model's
     /// `[CLS]`/`[SEP]` too, never truncated: what `/tokenize` answers.
-    /// Offsets are bytes of `text`.
+    /// Offsets are bytes of `text`, as TEI answers them: `encode` computes
+    /// byte offsets (`encode_char_offsets` would count chars, and
+    /// `encode_fast`, which the embedding routes use since they need none,
+    /// leaves every offset at 0..0), so only this route pays for them.
     pub fn spans(
         &self,
         text: &str,
         add_special_tokens: bool,
     ) -> Result<Vec<TokenSpan>, TokenizeError> {
-        let enc = self
-            .whole
-            .encode_fast(text, add_special_tokens)
-            .map_err(|e| TokenizeError::Failed {
-                index: 0,
-                message: e.to_string(),
-            })?;
+        let enc =
+            self.whole
+                .encode(text, add_special_tokens)
+                .map_err(|e| TokenizeError::Failed {
+                    index: 0,
+                    message: e.to_string(),
+                })?;
         let spans = enc
             .get_ids()
             .iter()
