@@ -33,15 +33,7 @@ fn doctor(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, serde_json::Valu
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let out = cmd.output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let j = serde_json::from_str(text.trim()).unwrap_or_else(|e| {
-        panic!(
-            "no JSON ({e}):\n{text}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    (out.status.code(), j)
+    support::doctor_json(&cmd.output().unwrap())
 }
 
 fn stderr(out: &Output) -> String {

@@ -19,10 +19,7 @@ fn m0serve(args: &[&str]) -> Command {
 }
 
 fn doctor(args: &[&str]) -> (Option<i32>, serde_json::Value) {
-    let out = m0serve(args).arg("--doctor").output().unwrap();
-    let j = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("no JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)));
-    (out.status.code(), j)
+    support::doctor_json(&m0serve(args).arg("--doctor").output().unwrap())
 }
 
 fn failed_check(j: &serde_json::Value) -> &serde_json::Value {

@@ -299,15 +299,7 @@ fn a_forward_pass_that_raises_answers_424_and_the_worker_serves_the_next() {
 /// `--doctor` with `env`: exit code and JSON.
 fn doctor(env: &[(&str, &str)]) -> (Option<i32>, Value) {
     let mut cmd = pyembed(&backends(), "numpy_minilm", &[], env);
-    let out = cmd.arg("--doctor").output().expect("run --doctor");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let j = serde_json::from_str(text.trim()).unwrap_or_else(|e| {
-        panic!(
-            "no JSON ({e}):\n{text}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    (out.status.code(), j)
+    support::doctor_json(&cmd.arg("--doctor").output().expect("run --doctor"))
 }
 
 #[test]

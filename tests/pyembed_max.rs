@@ -294,15 +294,8 @@ fn doctor_reports_the_max_backend_in_fork_and_spawn_mode() {
     let _serial = support::serial();
     for mode in [&[][..], &["--spawn-workers"]] {
         let mut cmd = pyembed_max(mode);
-        let out = cmd.arg("--doctor").output().expect("run --doctor");
-        let text = String::from_utf8_lossy(&out.stdout);
-        let j: Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| {
-            panic!(
-                "no JSON ({e}):\n{text}\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
-        assert_eq!(out.status.code(), Some(0), "{mode:?}: {j:#}");
+        let (code, j) = support::doctor_json(&cmd.arg("--doctor").output().expect("run --doctor"));
+        assert_eq!(code, Some(0), "{mode:?}: {j:#}");
         let plugin = &j["plugin"];
         assert_eq!(plugin["name"], "pyembed", "{j:#}");
         assert_eq!(plugin["process_lock"], "released", "{j:#}");

@@ -94,6 +94,19 @@ pub fn plugin(name: &str) -> PathBuf {
     )
 }
 
+/// What a `--doctor` run printed: its exit code and its JSON (a test fails
+/// at once, with both streams, when stdout holds none).
+pub fn doctor_json(out: &std::process::Output) -> (Option<i32>, serde_json::Value) {
+    let text = String::from_utf8_lossy(&out.stdout);
+    let j = serde_json::from_str(text.trim()).unwrap_or_else(|e| {
+        panic!(
+            "no JSON ({e}):\n{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code(), j)
+}
+
 /// One request on a new connection (`Connection: close`): `Ok` when the
 /// reply starts `HTTP/1.1 200` and ends with `tail`, else what happened.
 /// New connections each time, so refused connects show.
