@@ -12,30 +12,26 @@ pub fn wall_clock() -> (u64, u32) {
     (now.as_secs(), now.subsec_micros())
 }
 
-/// `2026-12-02T03:14:15.123456Z`
-pub fn rfc3339(out: &mut Vec<u8>, secs: u64, micros: u32) {
+/// Unix seconds as UTC (year, month, day, hour, minute, second).
+fn civil_utc(secs: u64) -> (i64, u32, u32, u64, u64, u64) {
     let (y, mo, d) = crate::http::date::civil_from_days((secs / 86_400) as i64);
     let rem = secs % 86_400;
+    (y, mo, d, rem / 3600, rem / 60 % 60, rem % 60)
+}
+
+/// `2026-12-02T03:14:15.123456Z`
+pub fn rfc3339(out: &mut Vec<u8>, secs: u64, micros: u32) {
+    let (y, mo, d, h, mi, s) = civil_utc(secs);
     let _ = write!(
         out,
-        "{y:04}-{mo:02}-{d:02}T{:02}:{:02}:{:02}.{micros:06}Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60
+        "{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{micros:06}Z"
     );
 }
 
 /// `2026-12-02 03:14:15 +0000`, as gunicorn dates its lines (in UTC).
 pub fn text_time(out: &mut Vec<u8>, secs: u64) {
-    let (y, mo, d) = crate::http::date::civil_from_days((secs / 86_400) as i64);
-    let rem = secs % 86_400;
-    let _ = write!(
-        out,
-        "{y:04}-{mo:02}-{d:02} {:02}:{:02}:{:02} +0000",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60
-    );
+    let (y, mo, d, h, mi, s) = civil_utc(secs);
+    let _ = write!(out, "{y:04}-{mo:02}-{d:02} {h:02}:{mi:02}:{s:02} +0000");
 }
 
 /// `\xhh`
