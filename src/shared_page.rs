@@ -38,8 +38,8 @@ pub struct WorkerLine {
     /// Monotonic ns of that window's end (0: never): a sibling whose pool
     /// has not measured for a while is not counted.
     pub pool_at_ns: AtomicU64,
-    /// Monotonic ns of the last publish of `active`: the count holds what
-    /// the worker had seen by then (see `worker/accept_share.rs`).
+    /// The moment `active` holds: monotonic ns of the return of the wait
+    /// whose events are in it (see `worker/accept_share.rs`).
     pub active_at_ns: AtomicU64,
     /// Of `active`, those that came after that moment: none of them is
     /// among what the worker may not have seen leave.

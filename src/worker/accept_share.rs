@@ -70,12 +70,17 @@ pub struct ProgressMark {
     index: usize,
 }
 
+/// Whether a slot's line is still this process's (`AcceptShare::owns_line`).
+fn is_mine(line: &WorkerLine) -> bool {
+    line.pid.load(Ordering::Relaxed) == u64::from(std::process::id())
+}
+
 impl ProgressMark {
     /// A call ended: the loop is not stuck. Only a pass under way is moved
     /// on; a loop that has since parked (0) or left stays as it is.
     pub fn note(&self) {
         let line = self.page.line(self.index);
-        if line.pid.load(Ordering::Relaxed) != u64::from(std::process::id()) {
+        if !is_mine(line) {
             return;
         }
         let state = line.state.load(Ordering::Relaxed);
@@ -150,14 +155,15 @@ impl AcceptShare {
     /// replacement takes it over (it writes its pid once its init is done)
     /// while this one drains, and must not be marked leaving by it.
     fn owns_line(&self) -> bool {
-        self.me().pid.load(Ordering::Relaxed) == u64::from(std::process::id())
+        is_mine(self.me())
     }
 
-    pub fn progress_mark(&self) -> ProgressMark {
-        ProgressMark {
+    /// For the loop's calls between passes; none while nothing is passed.
+    pub fn progress_mark(&self) -> Option<ProgressMark> {
+        self.enabled.then(|| ProgressMark {
             page: Arc::clone(&self.page),
             index: self.index,
-        }
+        })
     }
 
     pub fn channel_fd(&self) -> RawFd {
@@ -211,9 +217,12 @@ impl AcceptShare {
         } else {
             self.fresh.set(self.fresh.get() + 1);
         }
-        self.history
-            .borrow_mut()
-            .record(self.seen_at_ns.get(), active as u64, departed);
+        // Only an acceptor that may pass reads its history.
+        if self.enabled {
+            self.history
+                .borrow_mut()
+                .record(self.seen_at_ns.get(), active as u64, departed);
+        }
         self.publish_active(active);
     }
 
@@ -255,10 +264,7 @@ impl AcceptShare {
     }
 
     /// The sibling to hand a new connection to, if one is strictly less
-    /// loaded than `own_load`. Ties rotate. A sibling's load is its count
-    /// less the share estimated gone since its last wait returned (the
-    /// module's doc; not of those that came after), plus what was handed to
-    /// it and not yet received.
+    /// loaded than `own_load` (`sibling_load`). Ties rotate.
     pub fn pick(&self, own_load: u64, now_ns: u64, allow_busy: bool) -> Option<usize> {
         if !self.enabled {
             return None;

@@ -1215,7 +1215,7 @@ impl EventLoop {
     pub fn loop_caller(&self) -> LoopCaller {
         LoopCaller::new(
             self.pool.loop_side(),
-            self.share.as_ref().map(AcceptShare::progress_mark),
+            self.share.as_ref().and_then(AcceptShare::progress_mark),
         )
     }
 

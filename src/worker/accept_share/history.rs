@@ -9,7 +9,7 @@
 //! connections often reach their workers a little apart, and a sibling's
 //! moment can fall before this worker received any of the same burst,
 //! while the connections of a new burst, all come after the last
-//! departure, must not dilute the share (see `AcceptShare::pick`).
+//! departure, must not dilute the share (see `AcceptShare::sibling_load`).
 
 /// Changes remembered. A sibling silent for longer than this many changes
 /// of this worker is judged from the oldest one kept.
