@@ -3,14 +3,13 @@
 //! The tests take turns (`support::serial`): a split depends on when each
 //! worker gets a CPU, and on two CPUs a neighbour's servers decide that.
 
-mod support;
-
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use support::{Server, command, plugin};
+use crate::support;
+use crate::support::{Server, command, plugin};
 
 /// Open `n` keep-alive connections together, then ask each which pid
 /// serves it while all are open. Returns the connections, still open, with

@@ -1,15 +1,14 @@
 //! `--access-log`: a line per response, JSON or Apache combined, escaped,
 //! and nothing lost at SIGTERM; over real sockets with the hello_c plugin.
 
-mod support;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::Value;
-use support::{Client, Server, command, plugin, raw_exchange, scratch_dir, status_of};
+
+use crate::support::{Client, Server, command, plugin, raw_exchange, scratch_dir, status_of};
 
 fn log_file(name: &str) -> PathBuf {
     let path = scratch_dir("access_log").join(name);

@@ -4,13 +4,12 @@
 //! paths stay open; keys never show in a log, an error, the doctor or the
 //! workers' environment.
 
-mod support;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use support::{Client, Server, command, plugin};
+use crate::support;
+use crate::support::{Client, Server, command, plugin};
 
 const KEY: &str = "sk-m0-test-1f2e3d4c5b6a";
 const OTHER: &str = "sk-m0-second-9a8b7c";

@@ -12,8 +12,6 @@
 //! being read off their sockets while the gate is shut) can only change how
 //! the queued requests split into batches, which is asserted within bounds.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -21,7 +19,8 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use support::{Client, Server, cc, command, plugin, repo_root, scratch_dir, serial};
+use crate::support;
+use crate::support::{Client, Server, cc, command, plugin, repo_root, scratch_dir, serial};
 
 const MAX_BATCH: usize = 8;
 const MAX_BATCH_BYTES: usize = 1000;

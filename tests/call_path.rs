@@ -4,9 +4,6 @@
 //! thread only adds a hop per request); a view that computes without the
 //! GIL gets the pool, whose threads run at once.
 
-#[path = "wsgi_http.rs"]
-mod wsgi_http;
-
 use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -15,36 +12,13 @@ use std::time::Duration;
 
 // The controller compares throughput window against window: tests beside
 // it would move what it measures.
-use wsgi_http::support::{Client, Server, serial};
+use crate::support::{self, Client, Server, serial};
 
 const CLIENTS: usize = 8;
 /// How long a server may take to reach a verdict under load. A failure
 /// timeout, not a measure: each losing probe doubles the wait for the next
 /// (600 ms, 1.2 s, ... 19.2 s), so this leaves room for several.
 const SETTLE: Duration = Duration::from_secs(90);
-
-/// CPUs this process may use, as the server counts them (affinity, then a
-/// cgroup quota).
-fn usable_cpus() -> usize {
-    let size = std::mem::size_of::<libc::cpu_set_t>();
-    // SAFETY: an all-zero cpu_set_t is the empty set; the call fills it.
-    let affinity = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, size, &mut set) != 0 {
-            return 1;
-        }
-        libc::CPU_COUNT(&set) as usize
-    };
-    let quota = std::fs::read_to_string("/sys/fs/cgroup/cpu.max")
-        .ok()
-        .and_then(|text| {
-            let mut parts = text.split_whitespace();
-            let quota: f64 = parts.next()?.parse().ok()?;
-            let period: f64 = parts.next()?.parse().ok()?;
-            Some((quota / period).ceil() as usize)
-        });
-    affinity.min(quota.unwrap_or(usize::MAX)).max(1)
-}
 
 /// Clients on keep-alive connections sending `path` until stopped; each
 /// keeps the bodies it got while `keep` is set.
@@ -132,7 +106,7 @@ fn count_before(line: &str, what: &str) -> u64 {
 
 fn unpinned_server() -> Server {
     // The clients keep their connections (1000 requests each by default).
-    let s = Server::start_cmd(wsgi_http::pool_app_command(&[
+    let s = Server::start_cmd(crate::support::wsgi::pool_app_command(&[
         "--workers",
         "1",
         "--max-keepalive-requests",
@@ -156,7 +130,7 @@ fn unpinned_server() -> Server {
 fn with_cpus_to_spare_a_gil_holding_hello_makes_loop_calls_and_a_gil_releasing_view_runs_on_threads_at_once()
  {
     let _serial = serial();
-    let cpus = usable_cpus();
+    let cpus = support::usable_cpus();
     if cpus < 2 {
         // Straight to the terminal: the harness shows what a passing test
         // prints only with --nocapture.

@@ -2,11 +2,10 @@
 //! `--bind HOST:PORT`, `--model-id`, a Hub id for a model, and shell
 //! completions (`m0serve completions bash|zsh|fish`).
 
-mod support;
-
 use std::process::{Command, Output};
 
-use support::{Server, binary, plugin};
+use crate::support;
+use crate::support::{Server, binary, plugin};
 
 /// The binary with `args`, without the test support's `--host`/`--port`
 /// (which a `--bind` on the same line refuses) and with no `M0_*` setting

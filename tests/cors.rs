@@ -2,16 +2,14 @@
 //! origin echoed on every response, nothing for other origins; proved on
 //! the wire and in a real browser (Debian's chromium, headless).
 
-mod support;
-#[path = "support/venv.rs"]
-mod venv;
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::process::Command;
 
-use support::test_dir::TestDir;
-use support::{Client, Server, command, plugin, raw_exchange};
+use crate::support;
+use crate::support::test_dir::TestDir;
+use crate::support::venv;
+use crate::support::{Client, Server, command, plugin, raw_exchange};
 
 const PAGE_ORIGIN: &str = "http://127.0.0.1:9";
 

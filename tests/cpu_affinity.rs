@@ -3,13 +3,12 @@
 //! plan for the worker's own CPUs; a request for more CPUs than there are
 //! is refused with 78, naming the flag and its variable.
 
-mod support;
-
 use std::io::Write;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::{Server, command, plugin};
+use crate::support;
+use crate::support::{Server, command, plugin};
 
 /// The CPUs a process may run on, from its `Cpus_allowed_list` (`0-1,4`).
 fn allowed(pid: i32) -> Vec<usize> {

@@ -2,16 +2,12 @@
 //! argument sets; the doctor's JSON has the documented keys; the doctor
 //! never listens.
 
-#[path = "wsgi_http.rs"]
-mod wsgi_http;
-
-use wsgi_http::support;
-
 use std::net::TcpListener;
 use std::process::Command;
 use std::time::Duration;
 
-use support::{Server, bad_plugin, binary, plugin, repo_root};
+use crate::support;
+use crate::support::{Server, bad_plugin, binary, plugin, repo_root};
 
 const TOP_KEYS: [&str; 9] = [
     "m0serve", "ok", "exit", "build", "plugin", "topology", "server", "checks", "exit",
@@ -66,7 +62,7 @@ fn strings(args: &[&str]) -> Vec<String> {
 #[test]
 fn doctor_and_server_exit_with_the_same_code_over_a_matrix() {
     let hello = plugin("hello_c").display().to_string();
-    let wsgi = wsgi_http::plugin().display().to_string();
+    let wsgi = crate::support::wsgi::plugin().display().to_string();
     let apps = repo_root().join("tests/apps").display().to_string();
     let major2 = bad_plugin("doctor_major2", &["-DABI_MAJOR=2"])
         .display()
@@ -317,7 +313,7 @@ fn a_declared_batch_without_handle_batch_is_reported_and_not_used() {
 
 #[test]
 fn doctor_reports_python_for_the_wsgi_plugin() {
-    let wsgi = wsgi_http::plugin().display().to_string();
+    let wsgi = crate::support::wsgi::plugin().display().to_string();
     let apps = repo_root().join("tests/apps").display().to_string();
     let args = strings(&[
         "--plugin",
@@ -414,13 +410,13 @@ fn doctor_reports_python_for_the_wsgi_plugin() {
 #[test]
 fn doctor_reports_the_venv_taken_from_virtual_env() {
     let venv = support::scratch_dir("doctor_virtual_env").join("venv");
-    let made = Command::new(wsgi_http::python())
+    let made = Command::new(crate::support::wsgi::python())
         .args(["-m", "venv", "--without-pip", "--clear"])
         .arg(&venv)
         .status()
         .expect("run python -m venv");
     assert!(made.success());
-    let wsgi = wsgi_http::plugin().display().to_string();
+    let wsgi = crate::support::wsgi::plugin().display().to_string();
     let apps = repo_root().join("tests/apps").display().to_string();
     let args = strings(&[
         "--plugin",
@@ -639,19 +635,9 @@ fn usage_errors_exit_2_naming_the_flag() {
     assert!(err.contains("for '--workers"), "{err}");
 }
 
-fn warnings(j: &serde_json::Value) -> Vec<String> {
-    j["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|c| c["warning"] == true)
-        .map(|c| c["name"].as_str().unwrap().to_string())
-        .collect()
-}
-
 #[test]
 fn advice_for_costly_setups_warns_without_failing() {
-    let wsgi = wsgi_http::plugin().display().to_string();
+    let wsgi = crate::support::wsgi::plugin().display().to_string();
     let apps = repo_root().join("tests/apps").display().to_string();
     let local = ["--host", "127.0.0.1", "--port", "0"];
     let with = |extra: &[&str]| -> Vec<String> {
@@ -668,7 +654,7 @@ fn advice_for_costly_setups_warns_without_failing() {
         "conformance:application",
     ]));
     assert_eq!(code, 0, "{j:#}");
-    assert_eq!(warnings(&j), ["lock-held-pool"], "{j:#}");
+    assert_eq!(support::doctor_warnings(&j), ["lock-held-pool"], "{j:#}");
     let (_, j) = doctor(&with(&[
         "--plugin",
         &wsgi,
@@ -678,7 +664,7 @@ fn advice_for_costly_setups_warns_without_failing() {
         "2",
         "conformance:application",
     ]));
-    assert!(warnings(&j).is_empty(), "{j:#}");
+    assert!(support::doctor_warnings(&j).is_empty(), "{j:#}");
 
     // A fork-unsafe runtime needs no spawn mode: the worker imports it
     // after its fork, and the doctor says so without a warning.
@@ -690,7 +676,7 @@ fn advice_for_costly_setups_warns_without_failing() {
         "forkunsafe_app:application",
     ]));
     assert_eq!(code, 0, "{j:#}");
-    assert!(warnings(&j).is_empty(), "{j:#}");
+    assert!(support::doctor_warnings(&j).is_empty(), "{j:#}");
     let said = j["checks"]
         .as_array()
         .unwrap()
@@ -715,7 +701,7 @@ fn advice_for_costly_setups_warns_without_failing() {
     let workers = (cpus + 1).to_string();
     let (code, j) = doctor(&with(&["--plugin", &busy, "--workers", &workers]));
     assert_eq!(code, 0, "{j:#}");
-    assert_eq!(warnings(&j), ["workers-vs-cpus"], "{j:#}");
+    assert_eq!(support::doctor_warnings(&j), ["workers-vs-cpus"], "{j:#}");
 }
 
 /// `--help` shows `--plugin` as required and says what ARG is for each

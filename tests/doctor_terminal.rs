@@ -2,14 +2,12 @@
 //! line on a pipe, the same JSON either way; and a usage error's check
 //! names the arguments that are missing.
 
-mod support;
-
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::process::{Command, Stdio};
 
-use support::{binary, plugin};
+use crate::support::{binary, plugin};
 
 fn doctor_cmd(args: &[&str]) -> Command {
     let mut cmd = Command::new(binary());

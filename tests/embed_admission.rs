@@ -7,18 +7,15 @@
 //! worker admits a request of exactly the limit (nothing leaked) and
 //! reports no cost in flight when it drains.
 
-#[path = "support/embed.rs"]
-mod embed;
-mod support;
-#[path = "support/venv.rs"]
-mod venv;
-
 use std::sync::Barrier;
 use std::time::Duration;
 
-use embed::{cosine, embed_doctor, post, reference, vectors};
 use serde_json::{Value, json};
-use support::{Client, Server, command, plugin};
+
+use crate::support::embed;
+use crate::support::embed::{cosine, embed_doctor, post, reference, vectors};
+use crate::support::venv;
+use crate::support::{Client, Server, command, plugin};
 
 const LIMIT: usize = 64;
 
@@ -39,19 +36,7 @@ fn serve(limit: usize) -> Server {
 /// The rows of a 200 on either route.
 fn rows(path: &str, v: &Value) -> Vec<Vec<f64>> {
     if path.contains("embeddings") {
-        v["data"]
-            .as_array()
-            .unwrap_or_else(|| panic!("no data: {v}"))
-            .iter()
-            .map(|d| {
-                d["embedding"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|x| x.as_f64().unwrap())
-                    .collect()
-            })
-            .collect()
+        embed::openai_vectors(v)
     } else {
         vectors(v)
     }

@@ -7,38 +7,21 @@
 //! and never a worker lost; a tiny random BERT against a numpy forward
 //! pass; bad model folders refused with 78.
 
-#[path = "support/embed.rs"]
-mod embed;
-mod support;
-#[path = "support/venv.rs"]
-mod venv;
-
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use embed::{
+use serde_json::{Value, json};
+
+use crate::support;
+use crate::support::embed::{
     Reference, batch_counts, burst, check_replies, cosine, embed_doctor, fire, post, reference,
     stop_and_read_batching, vectors,
 };
-use serde_json::{Value, json};
-use support::test_dir::{TestDir, link_tree};
-use support::{Client, Server, command, plugin};
-
-fn minilm() -> PathBuf {
-    venv::minilm_dir(&venv::embed_venv())
-}
-
-fn serve_dir(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
-    let p = plugin("embed");
-    let mut args = vec!["--plugin", p.to_str().unwrap(), dir.to_str().unwrap()];
-    args.extend_from_slice(extra);
-    let mut cmd = command(&args);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    Server::start_cmd(cmd)
-}
+use crate::support::embed::{minilm, serve_dir};
+use crate::support::test_dir::{TestDir, link_tree};
+use crate::support::venv;
+use crate::support::{Client, Server, command, plugin};
 
 fn serve(extra: &[&str]) -> Server {
     serve_dir(&minilm(), extra, &[])

@@ -7,22 +7,14 @@
 //! `--doctor` says how many bytes are mapped, from where, and that they
 //! are shared.
 
-#[path = "support/embed.rs"]
-mod embed;
-mod support;
-#[path = "support/venv.rs"]
-mod venv;
-
 use std::path::{Path, PathBuf};
 
-use embed::{cosine, post, reference, vectors};
 use serde_json::{Value, json};
-use support::test_dir::TestDir;
-use support::{Client, Server, command, plugin};
 
-fn minilm() -> PathBuf {
-    venv::minilm_dir(&venv::embed_venv())
-}
+use crate::support::embed::minilm;
+use crate::support::embed::{cosine, post, reference, vectors};
+use crate::support::test_dir::TestDir;
+use crate::support::{Client, Server, command, plugin};
 
 fn serve(workers: &str, cache: &Path) -> Server {
     let p = plugin("embed");

@@ -5,34 +5,15 @@
 //! `/tokenize` and `/decode` against the `tokenizers` package, and
 //! `/embed_all` against `/embed`.
 
-#[path = "support/embed.rs"]
-mod embed;
-mod support;
-#[path = "support/venv.rs"]
-mod venv;
-
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use embed::{embed_doctor, post, reference, vectors};
 use serde_json::{Value, json};
-use support::test_dir::{TestDir, link_tree};
-use support::{Client, Server, command, plugin};
 
-fn minilm() -> PathBuf {
-    venv::minilm_dir(&venv::embed_venv())
-}
-
-fn serve_dir(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
-    let p = plugin("embed");
-    let mut args = vec!["--plugin", p.to_str().unwrap(), dir.to_str().unwrap()];
-    args.extend_from_slice(extra);
-    let mut cmd = command(&args);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    Server::start_cmd(cmd)
-}
+use crate::support::embed::{embed_doctor, post, reference, vectors};
+use crate::support::embed::{minilm, serve_dir};
+use crate::support::test_dir::{TestDir, link_tree};
+use crate::support::venv;
+use crate::support::{Client, command, plugin};
 
 /// The MiniLM folder with a `config_sentence_transformers.json` holding
 /// two prompts, in a folder of this test (the weights linked, the small

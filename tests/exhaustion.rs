@@ -1,14 +1,13 @@
 //! What the server does when the box runs out of something: here, file
 //! descriptors (a low `ulimit -n`).
 
-mod support;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
 use std::time::{Duration, Instant};
 
-use support::{Server, command, plugin};
+use crate::support;
+use crate::support::{Server, command, plugin};
 
 /// CPU time (user + system) the process `pid` has used, in clock ticks.
 fn cpu_ticks(pid: i32) -> u64 {

@@ -3,10 +3,7 @@
 //! scheme, for the WSGI app (REMOTE_ADDR, wsgi.url_scheme) and the core's
 //! own view (the access log); from an untrusted peer they change nothing.
 
-#[path = "wsgi_http.rs"]
-mod wsgi_http;
-
-use wsgi_http::{WsgiServer, request};
+use crate::support::wsgi::{WsgiServer, request};
 
 fn environ(srv: &WsgiServer, headers: &[(&str, &str)]) -> (String, String, Option<String>) {
     let r = request(srv.port, "GET", "/environ", headers, b"");
@@ -26,7 +23,7 @@ const PROXIED: [(&str, &str); 2] = [
 
 #[test]
 fn a_trusted_proxy_names_the_client_and_its_scheme() {
-    let log = wsgi_http::support::scratch_dir("forwarded").join("access.jsonl");
+    let log = crate::support::scratch_dir("forwarded").join("access.jsonl");
     let _ = std::fs::remove_file(&log);
     // The default trusts the loopback, where a local nginx connects from.
     let mut srv = WsgiServer::start(

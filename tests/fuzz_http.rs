@@ -9,14 +9,13 @@
 //!
 //! `M0_FUZZ_CASES` and `M0_FUZZ_SEED` change the run (the bench sets them).
 
-#[path = "support/venv.rs"]
-mod venv;
-
 use std::io::Write;
 use std::process::{Command, Stdio};
 
 use m0serve::http::chunked::ChunkedDecoder;
 use m0serve::http::head::{self, BodyFraming, Limits, RequestHead};
+
+use crate::support::venv;
 
 /// xorshift64*: enough to spread the choices, the same on every machine.
 struct Rng(u64);

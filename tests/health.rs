@@ -1,13 +1,12 @@
 //! `--health-path`: the core answers the probe itself, before any plugin;
 //! 200 while the worker serves, 503 once it drains.
 
-mod support;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use support::{Client, Server, command, plugin};
+use crate::support;
+use crate::support::{Client, Server, command, plugin};
 
 fn hello(extra: &[&str]) -> Server {
     let hello = plugin("hello_c");

@@ -2,11 +2,9 @@
 //! shipped plugin, `--venv` for every Python plugin, every exit code and
 //! every `M0_EMBED_*` setting the plugins read.
 
-mod support;
-
 use std::process::Command;
 
-use support::{binary, repo_root};
+use crate::support::{binary, repo_root};
 
 fn help(flag: &str) -> String {
     let out = Command::new(binary())

@@ -1,12 +1,11 @@
 //! The HTTP/1.1 core over real sockets, with the hello_c plugin.
 
-mod support;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use support::{Client, hello_c, raw_exchange, status_of};
+use crate::support;
+use crate::support::{Client, hello_c, raw_exchange, status_of};
 
 #[test]
 fn get_answers_with_date_and_server_headers() {

@@ -2,13 +2,11 @@
 //! each costs in memory reported, and requests on other connections served
 //! meanwhile.
 
-mod support;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use support::{Client, hello_c};
+use crate::support::{Client, hello_c};
 
 /// The resident memory of `pid`, in KiB.
 fn rss_kib(pid: i32) -> u64 {

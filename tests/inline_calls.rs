@@ -3,15 +3,15 @@
 //! `M0_DEFER` and goes to the handler pool; what the socket does not take is
 //! flushed later without holding up other connections.
 
-mod support;
-
 use std::io::{Read, Write};
 use std::time::Duration;
+
+use crate::support;
 
 // One test at a time (`serial`): the idle spin turns itself off while the
 // loop's thread waits for its CPU, which the other tests' servers would make
 // it do on a small machine.
-use support::{Client, Server, hello_c, serial};
+use crate::support::{Client, Server, hello_c, serial};
 
 /// SIGTERM, then the worker's closing count lines.
 fn stop_and_read_counts(mut s: Server) -> String {
@@ -216,11 +216,13 @@ fn the_loop_polls_through_short_gaps_instead_of_sleeping_between_requests() {
     spinning.sort_unstable();
     sleeping.sort_unstable();
     let (spinning, sleeping) = (spinning[1], sleeping[1]);
-    // Without it the loop sleeps before most requests (490 to 1000 of 1000
-    // measured; fewer when the client's next request beats the loop to its
-    // wait).
+    // Without it the loop sleeps before most requests on an idle box (490
+    // to 1000 of 1000 measured), far fewer on a busy one, where the
+    // client's next request often beats the loop to its wait (52 to 137
+    // measured while other tests ran): the floor only makes sure there was
+    // sleeping for the spin to take away.
     assert!(
-        sleeping >= 200,
+        sleeping >= 20,
         "without spinning the loop sleeps between requests: {sleeping}"
     );
     assert!(

@@ -2,12 +2,11 @@
 //! completions under a prefix, and the installed binary serves a plugin by
 //! its short name from there, with no M0_PLUGIN_PATH.
 
-mod support;
-
 use std::path::Path;
 use std::process::Command;
 
-use support::{Server, binary, plugin, repo_root, scratch_dir};
+use crate::support;
+use crate::support::{Server, binary, plugin, repo_root, scratch_dir};
 
 fn install(args: &[&str]) -> std::process::Output {
     Command::new(repo_root().join("deploy/install"))

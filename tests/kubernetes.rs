@@ -8,16 +8,14 @@
 //! from tests/requirements-kubernetes.txt (plus the weights package the
 //! image bakes in, so the doctor loads the same model folder).
 
-mod support;
-#[path = "support/venv.rs"]
-mod venv;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
 use serde_json::Value;
-use support::{binary, plugin, repo_root, scratch_dir};
+
+use crate::support::venv;
+use crate::support::{binary, plugin, repo_root, scratch_dir};
 
 const MANIFESTS: [&str; 2] = [
     "deploy/kubernetes/deployment.yaml",

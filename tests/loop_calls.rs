@@ -3,20 +3,17 @@
 //! blocks has a handler thread take the loop over, and the other
 //! connections are served meanwhile.
 
-#[path = "wsgi_http.rs"]
-mod wsgi_http;
-
 use std::io::Write;
 use std::time::Duration;
 
 // Each test's server shares one CPU: `serial` keeps them from sharing it
 // with each other too.
-use wsgi_http::support::{self, Client, Server, serial};
+use crate::support::{self, Client, Server, serial};
 
 fn one_cpu_server(extra: &[&str]) -> Server {
     let mut args = vec!["--workers", "1"];
     args.extend_from_slice(extra);
-    let mut cmd = wsgi_http::pool_app_command(&args);
+    let mut cmd = crate::support::wsgi::pool_app_command(&args);
     support::pin_to_one_cpu(&mut cmd);
     Server::start_cmd(cmd)
 }

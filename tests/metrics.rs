@@ -3,14 +3,13 @@
 //! go backwards when a worker dies. Prometheus comes from Debian's
 //! `prometheus` package (tests/install-tools).
 
-mod support;
-
 use std::net::{SocketAddr, TcpListener};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::test_dir::TestDir;
-use support::{Client, Server, plugin};
+use crate::support;
+use crate::support::test_dir::TestDir;
+use crate::support::{Client, Server, plugin};
 
 /// Debian's `prometheus` package's `promtool` or `prometheus`.
 fn prometheus_tool(name: &str) -> std::path::PathBuf {

@@ -6,8 +6,6 @@
 //! as nginx is stopped (SIGQUIT), and each test checks that none of its
 //! processes outlives it.
 
-mod support;
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
@@ -15,8 +13,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use support::test_dir::TestDir;
-use support::{Server, binary, plugin, repo_root};
+use crate::support;
+use crate::support::test_dir::TestDir;
+use crate::support::{Server, binary, plugin, repo_root};
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")

@@ -11,16 +11,15 @@
 //! The Python comes from tests/requirements-openapi.txt, installed by the
 //! test into target/openapi-venv (tests/support/venv.rs).
 
-mod support;
-#[path = "support/venv.rs"]
-mod venv;
-
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use serde_json::Value;
-use support::{Client, Server, command, plugin};
+
+use crate::support;
+use crate::support::venv;
+use crate::support::{Client, Server, command, plugin};
 
 /// The seed of every schemathesis run here: the same requests each time.
 const SEED: &str = "26";

@@ -2,15 +2,15 @@
 //! C++, C lays the structs out as Rust does, and a plugin that breaks the
 //! ABI is refused with a message that says what and why.
 
-mod support;
-
 use std::mem::{offset_of, size_of};
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use m0serve_abi as abi;
-use support::{Server, bad_plugin, cc, command, repo_root, scratch_dir};
+
+use crate::support;
+use crate::support::{Server, bad_plugin, cc, command, repo_root, scratch_dir};
 
 /// Run the server with a plugin and expect it to stop before serving.
 fn refused(plugin: &Path) -> (i32, String) {

@@ -2,11 +2,10 @@
 //! plugins found, and a plugin's refusal carries the plugin's own fix in
 //! the check's `fix`, not a generic one.
 
-mod support;
-
 use std::process::Command;
 
-use support::{binary, plugin};
+use crate::support;
+use crate::support::{binary, plugin};
 
 fn m0serve(args: &[&str]) -> Command {
     let mut cmd = Command::new(binary());

@@ -1,21 +1,18 @@
 //! The handler pool with the WSGI plugin: GIL parallelism judged by ratios
 //! measured in one run, and fairness judged by order.
 
-#[path = "wsgi_http.rs"]
-mod wsgi_http;
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 // These tests measure time: `serial` keeps them from running beside each
 // other.
-use wsgi_http::support::{self, Server, serial};
+use crate::support::{self, Server, serial};
 
 fn pool_server(threads: &str) -> Server {
     let fixed = ["--blocking-threads", threads];
     let extra: &[&str] = if threads == "adaptive" { &[] } else { &fixed };
-    Server::start_cmd(wsgi_http::pool_app_command(extra))
+    Server::start_cmd(crate::support::wsgi::pool_app_command(extra))
 }
 
 fn timed_get(addr: SocketAddr, path: &str) -> Duration {

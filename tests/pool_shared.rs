@@ -4,22 +4,19 @@
 //! workers; a view that sleeps still gets the threads its clients need, and
 //! a fast request is answered beside the sleeping ones.
 
-#[path = "wsgi_http.rs"]
-mod wsgi_http;
-
 use std::io::Write;
 use std::time::Duration;
 
 // The pools measure the CPUs they share: tests beside them would move
 // what they measure.
-use wsgi_http::support::{self, Client, Server, serial};
+use crate::support::{self, Client, Server, serial};
 
 /// Two workers on exactly two CPUs, or `None` (said on stderr) where this
 /// process may use fewer.
 fn two_workers_on_two_cpus(extra: &[&str]) -> Option<Server> {
     let mut args = vec!["--workers", "2", "--max-keepalive-requests", "0"];
     args.extend_from_slice(extra);
-    let mut cmd = wsgi_http::pool_app_command(&args);
+    let mut cmd = crate::support::wsgi::pool_app_command(&args);
     if let Err(cpus) = support::pin_to_cpus(&mut cmd, 2) {
         // Straight to the terminal: the harness shows what a passing test
         // prints only with --nocapture.

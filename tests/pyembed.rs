@@ -8,19 +8,19 @@
 //! requests, and the worker serves the next); `--doctor`'s report of the
 //! Python side, the model and the backend.
 
-#[path = "support/embed.rs"]
-mod embed;
-mod support;
-#[path = "support/venv.rs"]
-mod venv;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use embed::{burst, check_replies, cosine, fire, post, reference, stop_and_read_batching};
 use serde_json::{Value, json};
-use support::{Client, Server, command, plugin, repo_root};
+
+use crate::support;
+use crate::support::embed;
+use crate::support::embed::{
+    burst, check_replies, cosine, fire, post, reference, stop_and_read_batching,
+};
+use crate::support::venv;
+use crate::support::{Client, Server, command, plugin, repo_root};
 
 /// The repository's backends (`numpy_minilm`).
 fn backends() -> PathBuf {
@@ -59,11 +59,6 @@ fn pyembed(app_dir: &Path, module: &str, extra: &[&str], env: &[(&str, &str)]) -
 
 fn serve_numpy(extra: &[&str]) -> Server {
     Server::start_cmd(pyembed(&backends(), "numpy_minilm", extra, &[]))
-}
-
-/// The first reference sentence that is not empty.
-fn first_sentence(r: &embed::Reference) -> usize {
-    r.sentences.iter().position(|t| !t.is_empty()).unwrap()
 }
 
 /// Starts a server that must fail: its exit code and log.
@@ -140,34 +135,7 @@ fn sigterm_drains_the_requests_in_flight_and_exits_0() {
         .take(16)
         .map(String::as_str)
         .collect();
-    let body = json!({"inputs": inputs, "truncate": true});
-    // Accepted before the signal, so each is answered.
-    let clients: Vec<Client> = (0..6).map(|_| Client::connect(s.addr)).collect();
-    std::thread::sleep(Duration::from_millis(300));
-    let replies: Vec<_> = clients
-        .into_iter()
-        .map(|mut c| {
-            let body = body.clone();
-            std::thread::spawn(move || post(&mut c, "/embed", &body))
-        })
-        .collect();
-    std::thread::sleep(Duration::from_millis(100));
-    s.signal(libc::SIGTERM);
-    for h in replies {
-        let (status, v, _) = h
-            .join()
-            .unwrap_or_else(|_| panic!("a request was not answered:\n{}", s.log()));
-        assert_eq!(status, 200, "{v}\n{}", s.log());
-        let rows = embed::vectors(&v);
-        assert_eq!(rows.len(), inputs.len());
-        let k = first_sentence(&r);
-        let cos = cosine(&rows[0], &r.embeddings[k]);
-        assert!(cos >= 0.9999, "cosine {cos}");
-    }
-    let status = s
-        .wait_exit(Duration::from_secs(60))
-        .unwrap_or_else(|| panic!("no exit after SIGTERM:\n{}", s.log()));
-    assert_eq!(status.code(), Some(0), "{}", s.log());
+    embed::sigterm_answers_what_is_in_flight(&mut s, &r, &inputs);
 }
 
 #[test]
@@ -232,7 +200,7 @@ fn a_forward_pass_that_raises_answers_424_and_the_worker_serves_the_next() {
     ));
     let pids = s.worker_pids();
     let mut c = Client::connect(s.addr);
-    let k = first_sentence(&r);
+    let k = r.first_sentence();
     let fine = |c: &mut Client| {
         let (status, v, _) = post(c, "/embed", &json!({"inputs": r.sentences[k]}));
         assert_eq!(status, 200, "{v}");
@@ -307,41 +275,12 @@ fn doctor_reports_python_the_model_and_the_backend() {
     let _serial = support::serial();
     let (code, j) = doctor(&[]);
     assert_eq!(code, Some(0), "{j:#}");
+    embed::check_pyembed_doctor(&j, "numpy_minilm", "numpy", "embed-venv", false);
     let plugin = &j["plugin"];
-    assert_eq!(plugin["name"], "pyembed", "{j:#}");
-    assert_eq!(plugin["process_lock"], "held", "{j:#}");
     assert_eq!(plugin["call_model"], "reentrant", "{j:#}");
     assert_eq!(plugin["needs_exec"], false, "{j:#}");
-    assert_eq!(plugin["declares_batch"], true, "{j:#}");
-    let py = &j["python"];
-    assert!(
-        py["version"]
-            .as_str()
-            .unwrap_or_default()
-            .starts_with("3.11"),
-        "{j:#}"
-    );
-    assert_eq!(py["app"], "numpy_minilm", "{j:#}");
-    assert_eq!(py["app_imports"], true, "{j:#}");
-    assert!(
-        py["venv"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("embed-venv"),
-        "{j:#}"
-    );
     let facts = &plugin["facts"];
-    assert_eq!(facts["pyembed.backend"], "numpy_minilm", "{j:#}");
-    assert_eq!(facts["pyembed.name"], "numpy", "{j:#}");
-    assert_eq!(facts["pyembed.gil"], "held", "{j:#}");
-    assert_eq!(facts["pyembed.releases_gil"], "false", "{j:#}");
-    assert_eq!(
-        facts["embed.model"], "sentence-transformers/all-MiniLM-L6-v2",
-        "{j:#}"
-    );
-    assert_eq!(facts["embed.dim"], "384", "{j:#}");
     assert_eq!(facts["embed.max_len"], "256", "{j:#}");
-    assert_eq!(facts["embed.pooling"], "mean", "{j:#}");
     assert_eq!(facts["embed.threads"], "1", "{j:#}");
     assert!(facts.get("embed.weight_bytes").is_none(), "{j:#}");
     // The declared lock comes from the variable, read before any import.

@@ -12,20 +12,18 @@
 //! also checks the outputs), every later load, each worker's included, reads
 //! the cache (seconds).
 
-#[path = "support/embed.rs"]
-mod embed;
-mod support;
-#[path = "support/venv.rs"]
-mod venv;
-
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use embed::{Reference, burst, check_replies, cosine, fire, post, reference};
-use serde_json::{Value, json};
-use support::{Client, Server, command, plugin, repo_root};
+use serde_json::json;
+
+use crate::support;
+use crate::support::embed;
+use crate::support::embed::{burst, check_replies, fire, reference};
+use crate::support::venv;
+use crate::support::{Server, command, plugin, repo_root};
 
 /// How long the first compile may take (4-5 minutes on a busy 2-core box).
 const COMPILE_TIMEOUT: Duration = Duration::from_secs(15 * 60);
@@ -103,20 +101,6 @@ fn has_cache_entries(cache: &std::path::Path) -> bool {
         .unwrap_or(false)
 }
 
-/// The CPUs this process may run on, as the backend counts them
-/// (`len(os.sched_getaffinity(0))`): its `threads`.
-fn cpus() -> usize {
-    // SAFETY: an all-zero cpu_set_t is the empty set; the call fills it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        assert_eq!(
-            libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set),
-            0
-        );
-        libc::CPU_COUNT(&set) as usize
-    }
-}
-
 /// `m0serve --plugin pyembed --app-dir backends --venv MAX_VENV max_minilm
 /// EXTRA...` with the tests' compile cache, the GIL declared released and
 /// the compute threads the backend's.
@@ -139,7 +123,10 @@ fn pyembed_max(extra: &[&str]) -> Command {
         .env_remove("MODULAR_MAX_CACHE_DIR")
         .env("M0_PYEMBED_CACHE", &m.cache)
         .env("M0_PYEMBED_GIL", "released")
-        .env("M0_EMBED_THREADS", cpus().to_string());
+        .env(
+            "M0_EMBED_THREADS",
+            support::affinity_cpus().len().to_string(),
+        );
     cmd
 }
 
@@ -170,11 +157,6 @@ fn serve_max(flags: &[&str], workers: usize) -> Server {
         s.log()
     );
     s
-}
-
-/// The first reference sentence that is not empty.
-fn first_sentence(r: &Reference) -> usize {
-    r.sentences.iter().position(|t| !t.is_empty()).unwrap()
 }
 
 /// Every scenario on one server of two workers in `mode`, then the burst
@@ -221,32 +203,7 @@ fn scenarios(mode: &[&str]) {
         .filter(|t| !t.is_empty())
         .map(String::as_str)
         .collect();
-    let all = json!({"inputs": inputs, "truncate": true});
-    // Accepted before the signal, so each is answered.
-    let clients: Vec<Client> = (0..6).map(|_| Client::connect(s.addr)).collect();
-    std::thread::sleep(Duration::from_millis(300));
-    let replies: Vec<_> = clients
-        .into_iter()
-        .map(|mut c| {
-            let all = all.clone();
-            std::thread::spawn(move || post(&mut c, "/embed", &all))
-        })
-        .collect();
-    std::thread::sleep(Duration::from_millis(100));
-    s.signal(libc::SIGTERM);
-    let k = first_sentence(&r);
-    for h in replies {
-        let (status, v, _) = h.join().unwrap();
-        assert_eq!(status, 200, "{v}\n{}", s.log());
-        let rows = embed::vectors(&v);
-        assert_eq!(rows.len(), inputs.len());
-        let cos = cosine(&rows[0], &r.embeddings[k]);
-        assert!(cos >= 0.9999, "cosine {cos}");
-    }
-    let status = s
-        .wait_exit(Duration::from_secs(60))
-        .unwrap_or_else(|| panic!("no exit after SIGTERM:\n{}", s.log()));
-    assert_eq!(status.code(), Some(0), "{}", s.log());
+    embed::sigterm_answers_what_is_in_flight(&mut s, &r, &inputs);
     let log = s.log();
     assert_eq!(s.log_count("replacing it"), 0, "{log}");
     let line = log.lines().find(|l| l.contains("batching:"));
@@ -278,17 +235,6 @@ fn the_max_backend_in_spawned_workers_matches_the_reference_through_sighup_and_s
     scenarios(&["--spawn-workers"]);
 }
 
-/// The names of the doctor's checks that warned.
-fn warnings(j: &Value) -> Vec<String> {
-    j["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|c| c["warning"] == true)
-        .map(|c| c["name"].as_str().unwrap().to_string())
-        .collect()
-}
-
 #[test]
 fn doctor_reports_the_max_backend_in_fork_and_spawn_mode() {
     let _serial = support::serial();
@@ -296,36 +242,13 @@ fn doctor_reports_the_max_backend_in_fork_and_spawn_mode() {
         let mut cmd = pyembed_max(mode);
         let (code, j) = support::doctor_json(&cmd.arg("--doctor").output().expect("run --doctor"));
         assert_eq!(code, Some(0), "{mode:?}: {j:#}");
-        let plugin = &j["plugin"];
-        assert_eq!(plugin["name"], "pyembed", "{j:#}");
-        assert_eq!(plugin["process_lock"], "released", "{j:#}");
-        assert_eq!(plugin["declares_batch"], true, "{j:#}");
-        let py = &j["python"];
-        assert!(
-            py["version"]
-                .as_str()
-                .unwrap_or_default()
-                .starts_with("3.11"),
-            "{j:#}"
-        );
-        assert_eq!(py["app"], "max_minilm", "{j:#}");
-        assert_eq!(py["app_imports"], true, "{j:#}");
-        assert!(
-            py["venv"].as_str().unwrap_or_default().contains("max-venv"),
-            "{j:#}"
-        );
-        let facts = &plugin["facts"];
-        assert_eq!(facts["pyembed.backend"], "max_minilm", "{j:#}");
-        assert_eq!(facts["pyembed.name"], "max", "{j:#}");
-        assert_eq!(facts["pyembed.gil"], "released", "{j:#}");
-        assert_eq!(facts["pyembed.releases_gil"], "true", "{j:#}");
+        embed::check_pyembed_doctor(&j, "max_minilm", "max", "max-venv", true);
+        let facts = &j["plugin"]["facts"];
         assert_eq!(
-            facts["embed.model"], "sentence-transformers/all-MiniLM-L6-v2",
+            facts["embed.threads"],
+            support::affinity_cpus().len().to_string(),
             "{j:#}"
         );
-        assert_eq!(facts["embed.dim"], "384", "{j:#}");
-        assert_eq!(facts["embed.pooling"], "mean", "{j:#}");
-        assert_eq!(facts["embed.threads"], cpus().to_string(), "{j:#}");
         // MAX is in sys.modules after the import, so the fact names it.
         let unsafe_modules = facts["python.fork_unsafe_modules"]
             .as_str()
@@ -335,7 +258,7 @@ fn doctor_reports_the_max_backend_in_fork_and_spawn_mode() {
         // MAX, only after fork(), from a supervisor that never loads it,
         // and nothing forks after that (D7), which the forked-workers test
         // above shows (two workers, a SIGHUP, a drain).
-        let warned = warnings(&j);
+        let warned = support::doctor_warnings(&j);
         assert!(!warned.iter().any(|w| w == "fork-unsafe-runtime"), "{j:#}");
     }
 }

@@ -1,12 +1,11 @@
 //! The README's commands, run as a new user would run them: every `sh`
 //! block in the order written, on the checkout this test builds from.
 
-mod support;
-
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use support::{Server, repo_root};
+use crate::support;
+use crate::support::{Server, repo_root};
 
 /// A command that builds before it serves may take this long to be ready.
 const BUILD_AND_START: Duration = Duration::from_secs(30 * 60);

@@ -4,12 +4,10 @@
 //! each answer's status the one the table gives. A row this test has no
 //! request for, or a request whose row is missing, fails it too.
 
-mod support;
-#[path = "support/venv.rs"]
-mod venv;
-
 use serde_json::{Value, json};
-use support::{Client, Server, command, plugin, repo_root};
+
+use crate::support::venv;
+use crate::support::{Client, Server, command, plugin, repo_root};
 
 /// The table's header line in README.md.
 const HEADER: &str = "| the request | TEI: `POST /embed` | OpenAI: `POST /v1/embeddings` |";

@@ -7,8 +7,6 @@
 //! before it sent a message is in the file when the message arrives, so
 //! what the file holds at each message says what happened before it.
 
-mod support;
-
 use std::io::Write;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
@@ -17,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{binary, plugin, scratch_dir};
+use crate::support::{binary, plugin, scratch_dir};
 
 const WAIT: Duration = Duration::from_secs(60);
 

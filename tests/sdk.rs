@@ -3,11 +3,10 @@
 //! error, a panic in any hook, a bad header, a body longer or shorter than
 //! declared) gets a precise status and log line over real sockets.
 
-mod support;
-
 use std::time::Duration;
 
-use support::{Client, Server, command, plugin, raw_exchange, status_of};
+use crate::support;
+use crate::support::{Client, Server, command, plugin, raw_exchange, status_of};
 
 fn serve(name: &str, extra: &[&str]) -> Server {
     let p = plugin(name);

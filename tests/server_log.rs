@@ -2,9 +2,8 @@
 //! (`[time] [pid] [LEVEL] ...`), info lines short with the tuning detail at
 //! debug, and `--log-format json` one object a line.
 
-mod support;
-
-use support::{Server, command, plugin};
+use crate::support;
+use crate::support::{Server, command, plugin};
 
 /// A hello_c server at `level` with `extra` flags, asked once and stopped:
 /// its whole log.

@@ -2,14 +2,12 @@
 //! a time (slowloris) and a client that never reads its responses. Each is
 //! cut at its timeout while ordinary clients are served beside them.
 
-mod support;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use support::test_dir::TestDir;
-use support::{Client, hello_c, status_of};
+use crate::support::test_dir::TestDir;
+use crate::support::{Client, hello_c, status_of};
 
 /// 300 connections trickle a head a byte every 100 ms; the header timeout
 /// (1 s, from the first byte) ends every one with 408 or a close, and 200

@@ -4,8 +4,6 @@
 //! the socket across two servers), once with systemd's own
 //! `systemd-socket-activate`.
 
-mod support;
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
@@ -13,7 +11,8 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use support::{Server, binary, plugin};
+use crate::support;
+use crate::support::{Server, binary, plugin};
 
 /// The server, started as systemd starts a socket-activated service: the
 /// listener at descriptor 3, `LISTEN_FDS=1`, `LISTEN_PID` its own pid (the

@@ -5,14 +5,13 @@
 //! it and stops it, and passes the command's own status on otherwise. And
 //! the line a test whose tool is missing fails with.
 
-mod support;
-
 use std::path::Path;
 use std::process::{Command, Output};
 
-use support::repo_root;
-use support::test_dir::TestDir;
-use support::tools::missing_tools_line;
+use crate::support;
+use crate::support::repo_root;
+use crate::support::test_dir::TestDir;
+use crate::support::tools::missing_tools_line;
 
 /// A copy of the repository's `tests/install-tools` in `dir/tests`, beside
 /// a `tests/system-tools.txt` of `list` (the script reads the list beside

@@ -1,14 +1,13 @@
 //! Worker processes under the supervisor: respawn, the rapid-crash rule,
 //! graceful stop, SIGHUP, spawn mode, and the one-listener rule.
 
-mod support;
-
 use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use support::{Client, Server, bad_plugin, command, plugin};
+use crate::support;
+use crate::support::{Client, Server, bad_plugin, command, plugin};
 
 fn hello_args(extra: &[&str]) -> Vec<String> {
     let mut v = vec![

@@ -6,12 +6,9 @@
 //! plain with the app called on the loop's thread, validated on handler
 //! threads.
 
-#[path = "wsgi_http.rs"]
-mod wsgi_http;
-
 use std::time::{Duration, Instant};
 
-use wsgi_http::{Conn, WsgiServer, eventually, get, request};
+use crate::support::wsgi::{Conn, WsgiServer, eventually, get, request};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Mode {

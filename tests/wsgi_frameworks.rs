@@ -2,12 +2,9 @@
 //! by the WSGI plugin from a venv the test creates (target/
 //! wsgi-frameworks-venv, pinned by tests/requirements-frameworks.txt).
 
-#[path = "wsgi_http.rs"]
-mod wsgi_http;
-
 use std::time::Duration;
 
-use wsgi_http::{Conn, WsgiServer, framework_venv, get, request};
+use crate::support::wsgi::{Conn, WsgiServer, framework_venv, get, request};
 
 fn contract(spec: &str) {
     let venv = framework_venv();

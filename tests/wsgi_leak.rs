@@ -1,10 +1,7 @@
 //! Leak guard: a worker serving 20k requests of the conformance app grows
 //! less than 4 MiB after the first 1k (which warm caches and the allocator).
 
-#[path = "wsgi_http.rs"]
-mod wsgi_http;
-
-use wsgi_http::{Conn, WsgiServer, get, rss_kib};
+use crate::support::wsgi::{Conn, WsgiServer, get, rss_kib};
 
 /// One round of requests touching the hot paths: sized and streamed bodies,
 /// input reading, header parsing, and an error (500 with a traceback).

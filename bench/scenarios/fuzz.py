@@ -37,7 +37,8 @@ def run(opts) -> h.Report:
         env = dict(os.environ, M0_FUZZ_SEED=str(seed), M0_FUZZ_CASES=str(cases))
         t0 = time.perf_counter()
         out = subprocess.run(
-            ["cargo", "test", "-q", "--release", "--test", "fuzz_http", "--", "--nocapture"],
+            ["cargo", "test", "-q", "--release", "--test", "integration", "fuzz_http::",
+             "--", "--nocapture"],
             cwd=h.ROOT, env=env, capture_output=True, text=True)
         dt = time.perf_counter() - t0
         m = LINE.search(out.stderr + out.stdout)
@@ -54,7 +55,7 @@ def run(opts) -> h.Report:
         ["seed", "cases", "framed alike", "refused by both", "refused by us only",
          "incomplete for both", "findings", "wall (build, h11 and compare)"],
         rows,
-        setup=[f"`cargo test --release --test fuzz_http` with M0_FUZZ_SEED and "
+        setup=[f"`cargo test --release --test integration fuzz_http::` with M0_FUZZ_SEED and "
                f"M0_FUZZ_CASES={cases:,}; h11 from tests/requirements-fuzz.txt."],
         notes=[f"Total: {total:,} cases, {findings} finding(s). "
                + ("Target met." if findings == 0 else "**Target not met**: see the test's output."),

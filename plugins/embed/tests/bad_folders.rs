@@ -1,10 +1,10 @@
 //! Folders the model refuses: each error names the file at fault.
 
-mod common;
-
-use common::{TempDir, copy_dir, tiny_bert};
-use m0_embed::model::{LoadOptions, Model, ModelError};
 use std::path::Path;
+
+use m0_embed::model::{LoadOptions, Model, ModelError};
+
+use crate::common::{TempDir, copy_dir, tiny_bert};
 
 fn load(dir: &Path) -> Result<Model, ModelError> {
     Model::load(dir, LoadOptions::default())

@@ -4,13 +4,13 @@
 //! (tests/embed/read_cache.py reads it with numpy against the
 //! safetensors); an unusable cache folder refused naming the variable.
 
-mod common;
-
-use common::{TempDir, tiny_bert, venv};
-use m0_embed::model::{CACHE_DIR_VAR, CACHE_FILE_NAME, LoadOptions, Model};
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use m0_embed::model::{CACHE_DIR_VAR, CACHE_FILE_NAME, LoadOptions, Model};
+
+use crate::common::{TempDir, tiny_bert, venv};
 
 fn load(dir: &Path, cache_dir: Option<&Path>) -> Model {
     Model::load(

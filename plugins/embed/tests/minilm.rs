@@ -6,10 +6,9 @@
 //! batch of requests; token ids a client made with the model's tokenizer
 //! taken as the text's tokens.
 
-mod common;
-
-use common::{cosine, max_abs_diff, rows, venv};
 use m0_embed::model::{LoadOptions, Model, Pooling, TokenizeError};
+
+use crate::common::{cosine, max_abs_diff, rows, venv};
 
 struct Reference {
     sentences: Vec<String>,

@@ -3,10 +3,9 @@
 //! script's numpy forward pass, for mean and CLS pooling, with and without
 //! Normalize, with and without the `bert.` prefix, f32 and f16 weights.
 
-mod common;
-
-use common::{cosine, max_abs_diff, rows, tiny_bert};
 use m0_embed::model::{LoadOptions, Model, Pooling, TokenizeError, TooLong};
+
+use crate::common::{cosine, max_abs_diff, rows, tiny_bert};
 
 struct Reference {
     sentences: Vec<String>,

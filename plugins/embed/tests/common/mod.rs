@@ -1,6 +1,5 @@
 //! Shared by the embed plugin's integration tests: temp folders, the tiny
 //! BERT that tests/embed/tiny_bert.py writes, reference files, cosine.
-#![allow(dead_code)]
 
 #[path = "../../../../tests/support/venv.rs"]
 pub mod venv;
@@ -55,32 +54,6 @@ pub fn tiny_bert(args: &[&str]) -> TempDir {
         String::from_utf8_lossy(&out.stderr)
     );
     dir
-}
-
-/// The numpy forward pass of tests/embed/tiny_bert.py over `ids`, with the
-/// folder's own pooling and normalisation.
-pub fn numpy_forward(model_dir: &Path, ids: &[Vec<u32>]) -> Vec<Vec<f32>> {
-    let tmp = TempDir::new("fwd");
-    let ids_path = tmp.path().join("ids.json");
-    let out_path = tmp.path().join("out.json");
-    std::fs::write(&ids_path, serde_json::to_string(ids).unwrap()).unwrap();
-    let venv = venv::embed_venv();
-    let out = Command::new(venv::venv_python(&venv))
-        .arg(venv::repo().join("tests/embed/tiny_bert.py"))
-        .arg("forward")
-        .arg(model_dir)
-        .arg(&ids_path)
-        .arg(&out_path)
-        .output()
-        .expect("run tiny_bert.py forward");
-    assert!(
-        out.status.success(),
-        "tiny_bert.py forward failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out_path).unwrap()).unwrap();
-    rows(&v["embeddings"])
 }
 
 pub fn rows(v: &serde_json::Value) -> Vec<Vec<f32>> {

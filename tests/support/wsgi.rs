@@ -1,9 +1,7 @@
-//! Shared by the WSGI plugin tests (`wsgi_conformance`, `wsgi_frameworks`,
-//! `wsgi_leak`), which include it with `#[path] mod`: a raw HTTP/1.1 client
+//! What the tests of the WSGI plugin share (`wsgi_conformance`,
+//! `wsgi_frameworks`, `wsgi_leak` and the core's tests run over WSGI apps): a raw HTTP/1.1 client
 //! that sees the wire as it is (chunk boundaries, a missing terminator, the
 //! exact header lines), the location of the plugin, and the framework venv.
-//! Compiled alone it is an empty test crate.
-#![allow(dead_code)]
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -12,11 +10,9 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-#[path = "support/venv.rs"]
-mod venv;
+use super::venv;
 
-#[path = "support/mod.rs"]
-pub mod support;
+use super as support;
 
 /// How long a test waits on one read before calling the server stuck.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(20);
@@ -368,16 +364,6 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
             .parse()
             .ok()
     })
-}
-
-/// Child processes of `pid` (the workers of a supervisor).
-pub fn children(pid: u32) -> Vec<u32> {
-    let path = format!("/proc/{pid}/task/{pid}/children");
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
-        .collect()
 }
 
 /// An m0serve serving a WSGI app from tests/apps (the core's test support

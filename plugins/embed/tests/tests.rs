@@ -1,0 +1,10 @@
+//! The embed plugin's integration tests, in one test binary with a module
+//! per area (as the server's own `tests/tests.rs`); `common/` holds what
+//! they share.
+
+mod common;
+
+mod bad_folders;
+mod cache;
+mod minilm;
+mod tiny_bert;
