@@ -81,15 +81,11 @@
 
 mod mode;
 
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::accept_share::{AcceptShare, SiblingPools};
-use super::loop_calls::LoopCalls;
-use super::pool::Pool;
 use super::schedstat::Clock;
 use super::sizing::PoolPlan;
-use crate::plugin::host::LOCK_WAIT_NS;
+use crate::worker::accept_share::SiblingPools;
 
 /// Running totals the controller reads each window.
 #[derive(Clone, Copy, Default, Debug)]
@@ -106,8 +102,9 @@ pub struct Counters {
     pub clock: Option<Clock>,
 }
 
-/// What the controller reads and moves: the pool in the server, a queueing
-/// model in the unit tests (so its decisions are tested without clocks).
+/// What the controller reads and moves: the worker's pool and loop calls
+/// in the server (`event_loop/tunable.rs`), a queueing model in the unit
+/// tests (so its decisions are tested without clocks).
 pub trait Tunable {
     /// Requests the pool completed so far: read every tick, so it must be
     /// cheap.
@@ -144,79 +141,6 @@ pub trait Tunable {
     /// Publish this worker's last window for its siblings: CPUs used, CPUs
     /// its handler threads wanted, and the pool's size.
     fn publish(&self, _cpu: f64, _demand: f64, _threads: usize) {}
-}
-
-/// User plus system time of this process, read once per window.
-fn process_cpu_ns() -> u64 {
-    use nix::sys::resource::{UsageWho, getrusage};
-    getrusage(UsageWho::RUSAGE_SELF).map_or(0, |u| {
-        let ns = |t: nix::sys::time::TimeVal| {
-            t.tv_sec() as u64 * 1_000_000_000 + t.tv_usec() as u64 * 1000
-        };
-        ns(u.user_time()) + ns(u.system_time())
-    })
-}
-
-/// The worker as the controller reads and moves it: the pool, and the
-/// event loop's loop calls where it makes them.
-pub struct Worker<'a> {
-    pub pool: &'a mut Pool,
-    pub loop_calls: Option<&'a mut LoopCalls>,
-    /// Calls in flight, loop calls included (the event loop's count).
-    pub in_flight: usize,
-    /// The shared page's side of accept sharing: where siblings publish.
-    pub share: Option<&'a AcceptShare>,
-}
-
-impl Tunable for Worker<'_> {
-    fn completed(&self) -> u64 {
-        self.pool.stats().completed.load(Ordering::Relaxed)
-    }
-    fn served(&self) -> u64 {
-        let stats = self.pool.stats();
-        stats.completed.load(Ordering::Relaxed) + stats.loop_calls.load(Ordering::Relaxed)
-    }
-    fn counters(&self) -> Counters {
-        let stats = self.pool.stats();
-        Counters {
-            completed: stats.completed.load(Ordering::Relaxed),
-            service_ns: stats.service_ns.load(Ordering::Relaxed),
-            queue_wait_ns: stats.queue_wait_ns.load(Ordering::Relaxed),
-            lock_wait_ns: LOCK_WAIT_NS.load(Ordering::Relaxed),
-            cpu_ns: process_cpu_ns(),
-            loop_calls: stats.loop_calls.load(Ordering::Relaxed),
-            clock: self.pool.thread_clock(),
-        }
-    }
-    fn thread_clock(&self) -> Option<Clock> {
-        self.pool.thread_clock()
-    }
-    fn siblings(&self) -> Option<SiblingPools> {
-        let share = self.share?;
-        Some(share.sibling_pools(crate::plugin::host::monotonic_ns()))
-    }
-    fn publish(&self, cpu: f64, demand: f64, threads: usize) {
-        if let Some(share) = self.share {
-            share.publish_pool(cpu, demand, threads, crate::plugin::host::monotonic_ns());
-        }
-    }
-    fn load(&self) -> (usize, usize) {
-        self.pool.load()
-    }
-    fn in_flight(&self) -> usize {
-        self.in_flight
-    }
-    fn size(&self) -> (usize, usize) {
-        self.pool.size()
-    }
-    fn resize(&mut self, threads: usize) {
-        self.pool.resize(threads)
-    }
-    fn suspend_loop_calls(&mut self, suspended: bool, now: Instant) {
-        if let Some(calls) = self.loop_calls.as_deref_mut() {
-            calls.set_suspended(suspended, now);
-        }
-    }
 }
 
 const STALL: Duration = Duration::from_millis(40);
