@@ -17,7 +17,8 @@
 //! the threads, their sizing, the adaptive controller, the batch former,
 //! the watcher of loop calls), and the pool never names the loop. The
 //! controller reads and moves the pool through its `Tunable` seam, which
-//! the loop fills with its own parts (`event_loop/tunable.rs`).
+//! the loop implements over the pool, its loop calls and the shared page
+//! (`event_loop/tunable.rs`).
 //!
 //! A worker leaves through `process::exit_now` (`_exit`, for the reason
 //! given there).
