@@ -188,8 +188,8 @@ fn init_in_probe(plugin: &Plugin) -> Result<Calls, PluginError> {
     }
     let usable = crate::topology::usable_cpus();
     let batching =
-        worker::batching::decide(&plugin.descriptor, cfg.cli.no_batch, cfg.cli.batch_wait);
-    let plan = worker::sizing::plan(
+        worker::pool::batching::decide(&plugin.descriptor, cfg.cli.no_batch, cfg.cli.batch_wait);
+    let plan = worker::pool::sizing::plan(
         &plugin.descriptor,
         cfg.cli.blocking_threads,
         usable,

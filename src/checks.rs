@@ -11,8 +11,8 @@ use crate::listener::BindError;
 use crate::plugin::descriptor::ProcessLock;
 use crate::plugin::{Descriptor, probe, resolve};
 use crate::process::Mode;
-use crate::worker::batching;
-use crate::worker::sizing::{self, PoolPlan};
+use crate::worker::pool::batching;
+use crate::worker::pool::sizing::{self, PoolPlan};
 
 /// How long a plugin may take to load in the probe.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);

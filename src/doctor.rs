@@ -284,14 +284,14 @@ fn report(mut j: Json, cfg: &Config, f: &Findings, exit: i32, sd_notify: Option<
     j.end_object();
     match f.descriptor.as_ref() {
         Some(d) => {
-            let (on, why) = crate::worker::sizing::inline_calls(d, cli.no_inline);
+            let (on, why) = crate::worker::pool::sizing::inline_calls(d, cli.no_inline);
             j.bool("inline_calls", on).str("inline_reason", why);
             let batching = f.batching.as_ref().is_some_and(|b| b.limits.is_some());
             let adaptive = f
                 .pool
                 .as_ref()
                 .map_or(cli.blocking_threads.is_none(), |p| p.adaptive);
-            let decision = crate::worker::loop_calls::decide(
+            let decision = crate::worker::event_loop::loop_calls::decide(
                 d,
                 cli.no_inline,
                 f.usable_cpus,

@@ -2,12 +2,14 @@
 //!
 //! Where things live: `app` (startup order), `checks` (what is refused and
 //! why), `supervisor` (worker processes), `worker::event_loop` (the accept
-//! and request path), `worker::pool` (handler threads), `worker::loop_calls`
-//! (the loop's thread calling the plugin), `plugin` (loading, the host
-//! table, the call itself), `http` (framing).
+//! and request path), `worker::event_loop::loop_calls` (the loop's thread
+//! calling the plugin), `worker::pool` (handler threads, their sizing, the
+//! adaptive controller), `plugin` (loading, the host table, the call
+//! itself), `http` (framing).
 //!
 //! Inside a module folder the files form no cycle either, a submodule's use
-//! of its own parent aside (`tests/layering.rs` checks that too).
+//! of its own parent aside, and neither do its parts, a child module taken
+//! with everything under it (`tests/layering.rs` checks both).
 //!
 //! # Layers
 //!

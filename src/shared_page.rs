@@ -5,7 +5,7 @@
 //! Each worker publishes its own line; every worker reads its siblings' to
 //! choose where a new connection goes (see `worker/accept_share.rs`), and
 //! the adaptive pool controllers of workers on the same CPUs read each
-//! other's load to size their pools together (`worker/adaptive.rs`).
+//! other's load to size their pools together (`worker/pool/adaptive.rs`).
 
 use std::os::fd::{OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};

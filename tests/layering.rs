@@ -7,8 +7,11 @@
 //! that start with a child module's name. That gives the dependency graph
 //! between the top-level modules, which must have no cycle and must follow
 //! the layers listed in the crate docs (a module uses only modules of the
-//! layers before its own), and the graph between the files of each module
-//! folder, which must have no cycle either.
+//! layers before its own); the graph between the files of each module
+//! folder, which must have no cycle either; and, in each folder, the graph
+//! between its parts, a part being a child module with every module under
+//! it, which must have no cycle: two folders whose files use each other
+//! in a circle are one tangle even where no two files close it.
 //!
 //! A textual reading, not the compiler's: a name brought in by `use` and
 //! used bare is seen at its `use`, which is where every module edge starts
@@ -21,7 +24,8 @@ use std::path::Path;
 /// An entry is a debt, named here with its reason until it is paid.
 const ALLOWED_UPWARD: &[(&str, &str)] = &[];
 
-/// Module folders whose cycles are only reported, not failed: none.
+/// Module folders whose cycles are only reported, not failed, by their
+/// module path ("worker", "worker::event_loop"): none.
 const REPORT_ONLY_FOLDERS: &[&str] = &[];
 
 type ModPath = Vec<String>;
@@ -524,6 +528,28 @@ fn folder_graph(krate: &Crate, top: &str) -> Graph {
     graph
 }
 
+/// The graph between the parts of the module `parent`: its child modules,
+/// each standing for its whole folder (the child and every module under
+/// it). A use from anywhere in one part of anywhere in another is an edge
+/// between the two; uses of `parent` itself and of modules outside it are
+/// no edges here (a part that uses its parent is, as in `folder_graph`,
+/// part of the parent's implementation). So a circle through different
+/// files of two folders (`a/x.rs` uses `b.rs`, `b/y.rs` uses `a.rs`),
+/// which no two files close, is a cycle between the parts `a` and `b`.
+fn parts_graph(krate: &Crate, parent: &[String]) -> Graph {
+    let depth = parent.len();
+    let part = |m: &ModPath| (m.len() > depth && m.starts_with(parent)).then(|| show(&m[..=depth]));
+    let mut graph = Graph::new();
+    for u in &krate.uses {
+        if let (Some(from), Some(to)) = (part(&u.from), part(&u.to))
+            && from != to
+        {
+            add(&mut graph, from, to, u);
+        }
+    }
+    graph
+}
+
 fn reaches(graph: &Graph, from: &str) -> BTreeSet<String> {
     let mut seen = BTreeSet::new();
     let mut todo = vec![from.to_string()];
@@ -538,21 +564,30 @@ fn reaches(graph: &Graph, from: &str) -> BTreeSet<String> {
 }
 
 /// A group of modules that all reach each other, and one shortest cycle
-/// through its first module (the modules in order, the first repeated at
-/// the end).
+/// through one of them (the modules in order, the first repeated at the
+/// end).
 #[derive(Debug)]
 struct Cycle {
     members: Vec<String>,
     path: Vec<String>,
 }
 
+/// For each module on a cycle, a shortest cycle through it, each cycle
+/// named once: two circles that share a module (`a -> b -> a` and
+/// `c -> b -> c`) are both named, not only the one through the group's
+/// first module.
 fn cycles(graph: &Graph) -> Vec<Cycle> {
     let reach: BTreeMap<&String, BTreeSet<String>> =
         graph.keys().map(|n| (n, reaches(graph, n))).collect();
-    let mut done = BTreeSet::new();
-    let mut out = Vec::new();
+    let mut out: Vec<Cycle> = Vec::new();
     for start in graph.keys() {
-        if done.contains(start) || !reach[start].contains(start) {
+        if !reach[start].contains(start) {
+            continue;
+        }
+        let Some(path) = shortest_cycle(graph, start) else {
+            continue;
+        };
+        if out.iter().any(|c| same_cycle(&c.path, &path)) {
             continue;
         }
         let members: Vec<String> = graph
@@ -560,34 +595,41 @@ fn cycles(graph: &Graph) -> Vec<Cycle> {
             .filter(|n| reach[start].contains(*n) && reach[*n].contains(start))
             .cloned()
             .collect();
-        done.extend(members.iter().cloned());
-        // Breadth first from `start` back to itself.
-        let mut parent: BTreeMap<String, String> = BTreeMap::new();
-        let mut queue = VecDeque::from([start.clone()]);
-        'search: while let Some(n) = queue.pop_front() {
-            for next in graph[&n].keys() {
-                if next == start {
-                    let mut cycle = vec![start.clone(), n.clone()];
-                    let mut at = n.clone();
-                    while let Some(p) = parent.get(&at) {
-                        cycle.push(p.clone());
-                        at = p.clone();
-                    }
-                    cycle.reverse();
-                    out.push(Cycle {
-                        members: members.clone(),
-                        path: cycle,
-                    });
-                    break 'search;
+        out.push(Cycle { members, path });
+    }
+    out
+}
+
+/// Breadth first from `start` back to itself.
+fn shortest_cycle(graph: &Graph, start: &str) -> Option<Vec<String>> {
+    let mut parent: BTreeMap<String, String> = BTreeMap::new();
+    let mut queue = VecDeque::from([start.to_string()]);
+    while let Some(n) = queue.pop_front() {
+        for next in graph[&n].keys() {
+            if next == start {
+                let mut cycle = vec![start.to_string(), n.clone()];
+                let mut at = n.clone();
+                while let Some(p) = parent.get(&at) {
+                    cycle.push(p.clone());
+                    at = p.clone();
                 }
-                if next != start && !parent.contains_key(next) {
-                    parent.insert(next.clone(), n.clone());
-                    queue.push_back(next.clone());
-                }
+                cycle.reverse();
+                return Some(cycle);
+            }
+            if !parent.contains_key(next) {
+                parent.insert(next.clone(), n.clone());
+                queue.push_back(next.clone());
             }
         }
     }
-    out
+    None
+}
+
+/// Two closed paths (first module repeated at the end) that are one cycle
+/// entered at different modules.
+fn same_cycle(a: &[String], b: &[String]) -> bool {
+    let (a, b) = (&a[..a.len() - 1], &b[..b.len() - 1]);
+    a.len() == b.len() && (0..a.len()).any(|k| a.iter().cycle().skip(k).take(a.len()).eq(b))
 }
 
 fn describe(graph: &Graph, cycle: &Cycle) -> String {
@@ -818,6 +860,46 @@ fn the_files_of_each_module_folder_have_no_cycle() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+#[test]
+fn the_parts_of_each_module_folder_have_no_cycle() {
+    let krate = this_crate();
+    // Every module with children, but the crate itself: the top-level
+    // modules have their own check, with the layers.
+    let parents: BTreeSet<&[String]> = krate
+        .files
+        .keys()
+        .filter(|m| m.len() >= 2)
+        .map(|m| &m[..m.len() - 1])
+        .collect();
+    assert!(
+        parents.contains(["worker".to_string()].as_slice()),
+        "the scan found the worker folder"
+    );
+    let mut failures = Vec::new();
+    for parent in parents {
+        let graph = parts_graph(&krate, parent);
+        let found = cycles(&graph);
+        if found.is_empty() {
+            continue;
+        }
+        let folder = parent.join("/");
+        let text = format!(
+            "src/{folder}/: its parts (a module with everything under it) use each other in a cycle:\n{}",
+            found
+                .iter()
+                .map(|c| describe(&graph, c))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        if REPORT_ONLY_FOLDERS.contains(&show(parent).as_str()) {
+            eprintln!("known, not failed yet: {text}");
+        } else {
+            failures.push(text);
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 // ---------------------------------------------------------------------------
 // The checker itself, on made-up crates.
 
@@ -918,5 +1000,67 @@ fn a_use_of_a_later_layer_is_refused() {
     assert!(
         problems.contains("`gone`, which is not a module"),
         "{problems}"
+    );
+}
+
+#[test]
+fn a_circle_between_two_folders_is_a_cycle_of_their_parent_though_no_two_files_close_it() {
+    let krate = made_up(&[
+        ("src/lib.rs", "pub mod w;\n"),
+        ("src/w/mod.rs", "pub mod a;\npub mod b;\n"),
+        ("src/w/a.rs", "pub mod x;\npub fn f() {}\n"),
+        ("src/w/a/x.rs", "use crate::w::b::g;\n"),
+        ("src/w/b.rs", "pub mod y;\npub fn g() {}\n"),
+        ("src/w/b/y.rs", "fn h() {\n    super::super::a::f();\n}\n"),
+    ]);
+    assert!(
+        cycles(&folder_graph(&krate, "w")).is_empty(),
+        "file by file, no two close the circle"
+    );
+    let graph = parts_graph(&krate, &["w".to_string()]);
+    let found = cycles(&graph);
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].path, ["w::a", "w::b", "w::a"]);
+    let text = describe(&graph, &found[0]);
+    assert!(
+        text.contains("w::a -> w::b: src/w/a/x.rs:1 crate::w::b::g"),
+        "{text}"
+    );
+    assert!(
+        text.contains("w::b -> w::a: src/w/b/y.rs:2 super::super::a::f"),
+        "{text}"
+    );
+    assert!(
+        parts_graph(&krate, &["w".to_string(), "a".to_string()]).is_empty(),
+        "inside a/ the one part uses nothing beside it"
+    );
+}
+
+#[test]
+fn two_circles_through_one_module_are_both_named() {
+    let krate = made_up(&[
+        ("src/lib.rs", "pub mod w;\n"),
+        (
+            "src/w/mod.rs",
+            "pub mod calls;\npub mod event_loop;\npub mod pool;\n",
+        ),
+        (
+            "src/w/calls.rs",
+            "use super::event_loop::Loop;\nuse super::pool::lock;\n",
+        ),
+        (
+            "src/w/event_loop.rs",
+            "use super::calls;\npub struct Loop;\n",
+        ),
+        ("src/w/pool.rs", "use super::calls;\npub fn lock() {}\n"),
+    ]);
+    let graph = parts_graph(&krate, &["w".to_string()]);
+    let found: Vec<_> = cycles(&graph).into_iter().map(|c| c.path).collect();
+    assert_eq!(
+        found,
+        [
+            vec!["w::calls", "w::event_loop", "w::calls"],
+            vec!["w::pool", "w::calls", "w::pool"],
+        ]
     );
 }

@@ -18,7 +18,7 @@
 //! serves more than the pool alone): one thread then reads, calls and
 //! writes, as bjoern does, with no hand-off between threads. A call that
 //! runs long has a handler thread take the loop over (see
-//! `worker/loop_calls/`; the methods at the end of this file are the
+//! `event_loop/loop_calls/`; the methods at the end of this file are the
 //! loop's side of it).
 
 use std::io;
@@ -34,10 +34,10 @@ use slab::Slab;
 
 use super::accept_share::AcceptShare;
 use super::access_log::{AccessLog, Entry};
-use super::adaptive::{self, Controller};
 use super::connection::{Conn, Phase, Ready, Step};
 use super::metrics::WorkerMetrics;
 use super::pool::Pool;
+use super::pool::adaptive::{self, Controller};
 use crate::config::Config;
 use crate::http::forwarded;
 use crate::http::head::{Limits, RequestHead};
@@ -55,8 +55,11 @@ mod health;
 mod inline;
 mod scrape;
 mod sweep;
-use super::loop_calls::{LoopCaller, LoopCalls};
+
+pub mod loop_calls;
+mod tunable;
 use inline::{InlineCalls, SpinGate};
+use loop_calls::{LoopCaller, LoopCalls};
 
 pub const LISTENER: Token = Token(usize::MAX - 1);
 pub const WAKER: Token = Token(usize::MAX - 2);
@@ -388,7 +391,7 @@ impl EventLoop {
             || (self.in_flight > 0
                 && (self.controller.measures_loop_calls() || self.controller.shares_cpus()))
         {
-            let mut worker = adaptive::Worker {
+            let mut worker = tunable::Worker {
                 pool: &mut self.pool,
                 loop_calls: self.loop_calls.as_mut(),
                 in_flight: self.in_flight,
@@ -1187,7 +1190,7 @@ impl EventLoop {
     }
 }
 
-/// The loop's side of loop calls (see `worker/loop_calls/`).
+/// The loop's side of loop calls (see `event_loop/loop_calls/`).
 impl EventLoop {
     /// Let the thread leading the loop call the plugin.
     pub fn enable_loop_calls(&mut self) {

@@ -7,26 +7,29 @@
 //! |---|---|---|
 //! | a handler thread (`pool.rs`) | by default | a call may block or compute for long; the loop must keep serving the other connections |
 //! | the event loop's thread: inline calls (`event_loop/inline.rs`) | the plugin declares `M0_CAP_INLINE` (its handler never blocks), is reentrant and uncapped, and `--no-inline` is not given | no hand-off at all; a request it would block on comes back as `M0_DEFER` and goes to the pool |
-//! | the thread leading the loop: loop calls (`loop_calls/`) | any other reentrant, uncapped plugin, while no handler thread is busy; on a worker with CPUs to spare, while the adaptive controller measures that they serve more than the pool alone (`adaptive/mode.rs`) | one thread reads, calls and writes, as bjoern does; a call that blocks for 2 ms or computes for 8 ms has an idle handler thread take the loop over |
+//! | the thread leading the loop: loop calls (`event_loop/loop_calls/`) | any other reentrant, uncapped plugin, while no handler thread is busy; on a worker with CPUs to spare, while the adaptive controller measures that they serve more than the pool alone (`pool/adaptive/mode.rs`) | one thread reads, calls and writes, as bjoern does; a call that blocks for 2 ms or computes for 8 ms has an idle handler thread take the loop over |
 //!
 //! Thread hooks (`thread_start`, `thread_stop`) run on each of those threads
 //! before its first call and after its last.
+//!
+//! The parts use each other one way: the event loop (`event_loop/`, with
+//! inline and loop calls) uses the handler pool (`pool.rs` and `pool/`:
+//! the threads, their sizing, the adaptive controller, the batch former,
+//! the watcher of loop calls), and the pool never names the loop. The
+//! controller reads and moves the pool through its `Tunable` seam, which
+//! the loop implements over the pool, its loop calls and the shared page
+//! (`event_loop/tunable.rs`).
 //!
 //! A worker leaves through `process::exit_now` (`_exit`, for the reason
 //! given there).
 
 pub mod accept_share;
 pub mod access_log;
-pub mod adaptive;
-pub mod batching;
 pub mod connection;
 pub mod event_loop;
 pub mod loading;
-pub mod loop_calls;
 pub mod metrics;
 pub mod pool;
-pub mod schedstat;
-pub mod sizing;
 
 use std::os::fd::{FromRawFd, RawFd};
 use std::path::PathBuf;
@@ -39,8 +42,9 @@ use crate::config::Config;
 use crate::plugin::init_args::InitArgsOwned;
 use crate::plugin::{Plugin, host};
 use crate::signals::SignalPipe;
+use event_loop::loop_calls;
 use event_loop::{EventLoop, Exit};
-use pool::{Pool, PoolSettings};
+use pool::{Pool, PoolSettings, adaptive, batching, sizing};
 
 /// What a worker is given by the supervisor.
 pub struct WorkerSetup {

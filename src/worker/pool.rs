@@ -13,6 +13,18 @@
 //! strictly in arrival order (one FIFO), so no request waits behind later
 //! ones. The queue is bounded: `try_submit` refuses when it is full and the
 //! loop answers 503.
+//!
+//! Beside the threads, under `pool/`: the size the pool starts at
+//! (`sizing.rs`), the adaptive controller that moves it (`adaptive.rs`),
+//! the batch former (`batching.rs`), the threads' scheduler clocks
+//! (`schedstat.rs`) and the watcher of loop calls (`watch.rs`). None of
+//! them names the event loop: the loop uses the pool, not the other way.
+
+pub mod adaptive;
+pub mod batching;
+pub mod schedstat;
+pub mod sizing;
+pub mod watch;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -27,9 +39,9 @@ use crate::plugin::call::{
 use crate::plugin::exchange::{Outcome, Sink};
 use crate::plugin::loader::Calls;
 
-use super::batching::{self, Sizes};
-use super::loop_calls::watch::{IdleThread, Watch, Watcher};
-use super::schedstat::{self, Clock, ThreadSet};
+use batching::Sizes;
+use schedstat::{Clock, ThreadSet};
+use watch::{IdleThread, Watch, Watcher};
 
 /// What the pool shares with the loop and every handler thread.
 pub struct Shared {
@@ -651,7 +663,7 @@ fn handler_loop(shared: &Arc<Shared>, mut bufs: CallBuffers) {
     }
 }
 
-/// The pool as loop calls use it (see `worker/loop_calls/`): the whole of
+/// The pool as loop calls use it (see `worker/event_loop/loop_calls/`): the whole of
 /// what they may do to it.
 #[derive(Clone)]
 pub struct LoopSide {

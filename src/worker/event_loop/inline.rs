@@ -12,7 +12,7 @@ use super::EventLoop;
 use crate::plugin::call::{CallBuffers, Job};
 use crate::plugin::exchange::{self, Outcome};
 use crate::worker::connection::Phase;
-use crate::worker::schedstat::{Clock, ThreadClock};
+use crate::worker::pool::schedstat::{Clock, ThreadClock};
 
 /// What the loop keeps for calling the plugin itself.
 pub(super) struct InlineCalls {

@@ -9,10 +9,10 @@ use std::io;
 use std::sync::{Arc, Condvar, Mutex, Weak};
 
 use super::LoopCaller;
-use super::watch::TakeOver;
 use crate::plugin::call::{CallBuffers, Completion, Job};
 use crate::worker::event_loop::{EventLoop, Exit};
 use crate::worker::pool::lock;
+use crate::worker::pool::watch::TakeOver;
 
 pub struct Leader {
     event_loop: Mutex<Option<EventLoop>>,

@@ -14,16 +14,18 @@
 //!   makes the calls the pass queued. The loop starts on a thread of its
 //!   own (`m0-loop`), which becomes an ordinary handler thread once it has
 //!   lost the loop; the worker's main thread only waits for the end.
-//! - `watch.rs`: an idle handler thread watches those calls; when one
-//!   blocks for a tick (or computes for four), it claims the call word and
-//!   leads the loop from then on, and the old leader hands what it has left
-//!   to the pool when its call returns.
+//! - `pool/watch.rs`: an idle handler thread watches those calls; when
+//!   one blocks for a tick (or computes for four), it claims the call word
+//!   and leads the loop from then on, and the old leader hands what it has
+//!   left to the pool when its call returns. The watcher is the pool's
+//!   (its idle threads do the watching), so this folder uses it, and the
+//!   pool never names the loop.
 //! - `caller.rs`: what the leading thread uses to make the calls, built on
 //!   the pool's narrow loop-calls API (`pool::LoopSide`).
 //! - here: when a worker makes loop calls at all (`decide`), and the event
 //!   loop's bookkeeping of them (`LoopCalls`). On a worker with CPUs to
 //!   spare the adaptive controller also suspends them while the pool alone
-//!   serves more (`adaptive/mode.rs`). A request becomes a loop
+//!   serves more (`pool/adaptive/mode.rs`). A request becomes a loop
 //!   call only while no call is in flight on a handler thread, so loop
 //!   calls never compete with the pool for the plugin's lock, and a plugin
 //!   whose calls stay short is served by one thread. When a call runs long
@@ -34,7 +36,6 @@
 
 mod caller;
 pub mod leader;
-pub mod watch;
 
 use std::time::{Duration, Instant};
 
@@ -53,7 +54,7 @@ const BACKOFF_MAX: Duration = Duration::from_secs(30);
 const RESUME_HOLD: Duration = Duration::from_millis(10);
 
 /// Whether a worker makes loop calls, and whether the adaptive controller
-/// measures them against the pool (see `adaptive/mode.rs`).
+/// measures them against the pool (see `pool/adaptive/mode.rs`).
 pub struct Decision {
     pub on: bool,
     /// A worker with CPUs to spare: loop calls start on, and the controller
@@ -135,7 +136,7 @@ pub struct LoopCalls {
     resume_at: Option<Instant>,
     backoff: Duration,
     /// The adaptive controller found the pool alone serves more: no loop
-    /// calls until it says otherwise (see `adaptive/mode.rs`).
+    /// calls until it says otherwise (see `pool/adaptive/mode.rs`).
     suspended: bool,
     /// Loop calls were just resumed (by the controller, or at the end of a
     /// back-off): until then, requests are held for the leading thread

@@ -4,10 +4,10 @@
 
 use std::sync::Weak;
 
-use super::watch::TakeOver;
 use crate::plugin::call::{CallBuffers, Completion, Job};
 use crate::worker::accept_share::ProgressMark;
 use crate::worker::pool::LoopSide;
+use crate::worker::pool::watch::TakeOver;
 
 #[derive(Clone)]
 pub struct LoopCaller {

@@ -1,5 +1,6 @@
 //! The word that says which call the loop's thread is in, and the idle
-//! handler thread that watches it (see `leader.rs` for the threads).
+//! handler thread that watches it (see `event_loop/loop_calls/leader.rs`
+//! for the threads).
 //!
 //! A thread that runs the event loop may call a plugin that can block. It
 //! lets go of the loop for the call, and one idle handler thread (the
@@ -15,8 +16,8 @@ use std::sync::atomic::{AtomicI32, AtomicU8, AtomicU64, Ordering};
 use std::sync::{OnceLock, Weak};
 use std::time::{Duration, Instant};
 
+use super::schedstat::{Clock, ThreadClock};
 use crate::plugin::call::CallBuffers;
-use crate::worker::schedstat::{Clock, ThreadClock};
 
 /// How often the watcher looks. A call it sees on two ticks in a row has
 /// run at least one tick, and is taken over within two. Debug builds make

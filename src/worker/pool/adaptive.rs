@@ -81,15 +81,11 @@
 
 mod mode;
 
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::accept_share::{AcceptShare, SiblingPools};
-use super::loop_calls::LoopCalls;
-use super::pool::Pool;
 use super::schedstat::Clock;
 use super::sizing::PoolPlan;
-use crate::plugin::host::LOCK_WAIT_NS;
+use crate::worker::accept_share::SiblingPools;
 
 /// Running totals the controller reads each window.
 #[derive(Clone, Copy, Default, Debug)]
@@ -106,8 +102,9 @@ pub struct Counters {
     pub clock: Option<Clock>,
 }
 
-/// What the controller reads and moves: the pool in the server, a queueing
-/// model in the unit tests (so its decisions are tested without clocks).
+/// What the controller reads and moves: the worker's pool and loop calls
+/// in the server (`event_loop/tunable.rs`), a queueing model in the unit
+/// tests (so its decisions are tested without clocks).
 pub trait Tunable {
     /// Requests the pool completed so far: read every tick, so it must be
     /// cheap.
@@ -144,79 +141,6 @@ pub trait Tunable {
     /// Publish this worker's last window for its siblings: CPUs used, CPUs
     /// its handler threads wanted, and the pool's size.
     fn publish(&self, _cpu: f64, _demand: f64, _threads: usize) {}
-}
-
-/// User plus system time of this process, read once per window.
-fn process_cpu_ns() -> u64 {
-    use nix::sys::resource::{UsageWho, getrusage};
-    getrusage(UsageWho::RUSAGE_SELF).map_or(0, |u| {
-        let ns = |t: nix::sys::time::TimeVal| {
-            t.tv_sec() as u64 * 1_000_000_000 + t.tv_usec() as u64 * 1000
-        };
-        ns(u.user_time()) + ns(u.system_time())
-    })
-}
-
-/// The worker as the controller reads and moves it: the pool, and the
-/// event loop's loop calls where it makes them.
-pub struct Worker<'a> {
-    pub pool: &'a mut Pool,
-    pub loop_calls: Option<&'a mut LoopCalls>,
-    /// Calls in flight, loop calls included (the event loop's count).
-    pub in_flight: usize,
-    /// The shared page's side of accept sharing: where siblings publish.
-    pub share: Option<&'a AcceptShare>,
-}
-
-impl Tunable for Worker<'_> {
-    fn completed(&self) -> u64 {
-        self.pool.stats().completed.load(Ordering::Relaxed)
-    }
-    fn served(&self) -> u64 {
-        let stats = self.pool.stats();
-        stats.completed.load(Ordering::Relaxed) + stats.loop_calls.load(Ordering::Relaxed)
-    }
-    fn counters(&self) -> Counters {
-        let stats = self.pool.stats();
-        Counters {
-            completed: stats.completed.load(Ordering::Relaxed),
-            service_ns: stats.service_ns.load(Ordering::Relaxed),
-            queue_wait_ns: stats.queue_wait_ns.load(Ordering::Relaxed),
-            lock_wait_ns: LOCK_WAIT_NS.load(Ordering::Relaxed),
-            cpu_ns: process_cpu_ns(),
-            loop_calls: stats.loop_calls.load(Ordering::Relaxed),
-            clock: self.pool.thread_clock(),
-        }
-    }
-    fn thread_clock(&self) -> Option<Clock> {
-        self.pool.thread_clock()
-    }
-    fn siblings(&self) -> Option<SiblingPools> {
-        let share = self.share?;
-        Some(share.sibling_pools(crate::plugin::host::monotonic_ns()))
-    }
-    fn publish(&self, cpu: f64, demand: f64, threads: usize) {
-        if let Some(share) = self.share {
-            share.publish_pool(cpu, demand, threads, crate::plugin::host::monotonic_ns());
-        }
-    }
-    fn load(&self) -> (usize, usize) {
-        self.pool.load()
-    }
-    fn in_flight(&self) -> usize {
-        self.in_flight
-    }
-    fn size(&self) -> (usize, usize) {
-        self.pool.size()
-    }
-    fn resize(&mut self, threads: usize) {
-        self.pool.resize(threads)
-    }
-    fn suspend_loop_calls(&mut self, suspended: bool, now: Instant) {
-        if let Some(calls) = self.loop_calls.as_deref_mut() {
-            calls.set_suspended(suspended, now);
-        }
-    }
 }
 
 const STALL: Duration = Duration::from_millis(40);
@@ -335,6 +259,63 @@ struct Threads {
     waiting: f64,
     /// Busy, but neither runnable nor waiting for the plugin's lock.
     blocked: f64,
+}
+
+/// What one tick read of the pool.
+#[derive(Clone, Copy)]
+struct Sample {
+    /// Requests the pool completed so far.
+    completed: u64,
+    /// Jobs queued and threads busy.
+    queued: usize,
+    busy: usize,
+    /// Threads alive and the target.
+    live: usize,
+    target: usize,
+}
+
+/// A window just closed: what the rules after it judge on. Rates and
+/// averages are over the window; `target` is the pool's size at the tick
+/// that closed it.
+struct Closed {
+    target: usize,
+    /// Requests waited with no thread free at some tick.
+    queued_in_window: bool,
+    completions: u64,
+    /// Completions per second.
+    rate: f64,
+    /// Mean time a request spent in the pool (queued + served), ns.
+    latency: f64,
+    /// Calls in flight and handler threads busy, on average.
+    in_flight: f64,
+    busy_threads: f64,
+    /// The most handler threads busy at a tick.
+    peak_busy: usize,
+    /// Share of the service time spent waiting for the plugin's lock.
+    lock_share: f64,
+    /// The worker's usable CPUs, what its threads wanted of them, and its
+    /// share of them beside its siblings.
+    cpus: f64,
+    demand: f64,
+    share: f64,
+    siblings: Option<SiblingPools>,
+    /// The handler threads' time by the kernel's clocks, where it keeps them.
+    threads: Option<Threads>,
+    /// The runnable threads waited for a CPU (`CPU_WAIT`).
+    waits_for_cpu: bool,
+    /// The busy threads mostly blocked (`BLOCKED_SHARE`).
+    blocking: bool,
+    /// The CPUs, or the plugin's lock, are what limits the pool: a step
+    /// down is tried rather than up.
+    saturated: bool,
+    /// A step up has something to help with: room in the share, or threads
+    /// that block.
+    up_room: bool,
+    /// A step up with room in the share is held back this window for the
+    /// siblings' numbers.
+    held_for_siblings: bool,
+    /// Every call served, loop calls too, for loop calls against the pool.
+    calls: mode::Window,
 }
 
 pub struct Controller {
@@ -537,10 +518,49 @@ impl Controller {
         self.set(pool, size, now, why);
     }
 
+    /// One tick, between the loop's passes while calls are in flight: the
+    /// rules of the module docs in the order they run. Starvation is
+    /// judged on every tick; the rest only when a window closes, and the
+    /// first of them that moves the pool ends the tick. On a closed
+    /// window, loop calls against the pool come first (a window of the
+    /// mode's is not one of the pool's), then hill climbing's verdict on a
+    /// trial in progress, the worker's share of the CPUs, spare threads
+    /// for threads that block, lock contention, a new trial, and last the
+    /// retirement of an idle thread.
     pub fn tick(&mut self, pool: &mut impl Tunable, now: Instant) {
         if !self.plan.adaptive {
             return;
         }
+        let sample = self.sample(pool, now);
+        if self.starvation(pool, &sample, now) {
+            return;
+        }
+        let Some(window) = self.close_window(pool, &sample, now) else {
+            return;
+        };
+        let min_threads = self.plan.initial.max(self.plan.min.max(1));
+        if self
+            .mode
+            .window(&window.calls, pool, self.probe.is_some(), min_threads, now)
+        {
+            return;
+        }
+        if self.recheck_step_down(pool, &window, now) || self.judge_probe(pool, &window, now) {
+            return;
+        }
+        if self.shed_over_share(pool, &window, now) || self.keep_spare_threads(pool, &window, now) {
+            return;
+        }
+        if self.lock_contention(pool, &window, now) || self.try_probe(pool, &window, now) {
+            return;
+        }
+        self.retire_if_idle(pool, now);
+    }
+
+    /// What this tick reads of the pool, with the window's running counts
+    /// and averages brought up to now; a fresh window first, where there
+    /// is none yet or the last tick was a window ago.
+    fn sample(&mut self, pool: &mut impl Tunable, now: Instant) -> Sample {
         // The event loop ticks the controller only while calls are in
         // flight, so a gap between ticks is idle time, and before the first
         // tick there is only the worker's start. A window closed across
@@ -590,51 +610,82 @@ impl Controller {
         if busy + self.spare >= live && live > 0 {
             self.last_needed = now;
         }
+        Sample {
+            completed,
+            queued,
+            busy,
+            live,
+            target,
+        }
+    }
 
-        // 1. Starvation, once the clocks say the busy threads sleep.
+    /// Starvation (rule 1), once the clocks say the busy threads sleep:
+    /// requests queued, every thread busy and nothing completed for
+    /// `STALL`, then the busy threads not runnable for `STALL_CONFIRM`
+    /// more, add a thread. True when it did, which ends the tick.
+    fn starvation(&mut self, pool: &mut impl Tunable, sample: &Sample, now: Instant) -> bool {
+        let &Sample {
+            queued,
+            busy,
+            live,
+            target,
+            ..
+        } = sample;
         let stalled = queued > 0
             && busy >= live
             && now.duration_since(self.last_progress) >= STALL
             && target < self.plan.max;
         if !stalled {
             self.stall_mark = None;
-        } else {
-            let grow = match (self.stall_mark, pool.thread_clock()) {
-                (_, None) => Some(true),
-                (None, Some(clock)) => {
-                    self.stall_mark = Some((now, clock));
-                    None
-                }
-                (Some((at, before)), Some(clock)) if now.duration_since(at) >= STALL_CONFIRM => {
-                    self.stall_mark = None;
-                    let runnable = (clock.ran + clock.waited)
-                        .saturating_sub(before.ran + before.waited)
-                        as f64
-                        / now.duration_since(at).as_nanos().max(1) as f64;
-                    Some(runnable < STALL_RUNNABLE)
-                }
-                _ => None,
-            };
-            match grow {
-                Some(true) => {
-                    self.probe = None;
-                    self.set(
-                        pool,
-                        target + 1,
-                        now,
-                        "requests waiting, every thread blocked",
-                    );
-                    self.last_progress = now;
-                    return;
-                }
-                Some(false) => {
-                    self.stalls_runnable += 1;
-                    self.last_progress = now;
-                }
-                None => {}
-            }
+            return false;
         }
+        let grow = match (self.stall_mark, pool.thread_clock()) {
+            (_, None) => Some(true),
+            (None, Some(clock)) => {
+                self.stall_mark = Some((now, clock));
+                None
+            }
+            (Some((at, before)), Some(clock)) if now.duration_since(at) >= STALL_CONFIRM => {
+                self.stall_mark = None;
+                let runnable = (clock.ran + clock.waited).saturating_sub(before.ran + before.waited)
+                    as f64
+                    / now.duration_since(at).as_nanos().max(1) as f64;
+                Some(runnable < STALL_RUNNABLE)
+            }
+            _ => None,
+        };
+        match grow {
+            Some(true) => {
+                self.probe = None;
+                self.set(
+                    pool,
+                    target + 1,
+                    now,
+                    "requests waiting, every thread blocked",
+                );
+                self.last_progress = now;
+                true
+            }
+            Some(false) => {
+                self.stalls_runnable += 1;
+                self.last_progress = now;
+                false
+            }
+            None => false,
+        }
+    }
 
+    /// The window close: once the window is `WINDOW` long, or `WINDOW_MIN`
+    /// with `WINDOW_COMPLETIONS` in it, what it measured, for the rules
+    /// that judge on it; the worker's load goes to its siblings, and the
+    /// next window starts. None while the window stays open.
+    fn close_window(
+        &mut self,
+        pool: &impl Tunable,
+        sample: &Sample,
+        now: Instant,
+    ) -> Option<Closed> {
+        let target = sample.target;
         let open_for = now.duration_since(self.window.at);
         // A window measuring loop calls fills with them as well.
         let counted = if self.mode.measured() {
@@ -642,10 +693,12 @@ impl Controller {
             pool.served()
                 .saturating_sub(start.completed + start.loop_calls)
         } else {
-            completed.saturating_sub(self.window.counters.completed)
+            sample
+                .completed
+                .saturating_sub(self.window.counters.completed)
         };
         if open_for < WINDOW && (open_for < WINDOW_MIN || counted < WINDOW_COMPLETIONS) {
-            return;
+            return None;
         }
         let end = Mark {
             at: now,
@@ -746,25 +799,54 @@ impl Controller {
         // Mean time a request spent in the pool (queued + served).
         let latency = (service + end.queue_wait_ns.saturating_sub(start.queue_wait_ns) as f64)
             / completions.max(1) as f64;
-
-        // Loop calls or the pool alone: a window of the mode's is not one
-        // of the pool's.
+        // Every call served, loop calls too, for the mode's judgement.
         let served = (end.completed + end.loop_calls) - (start.completed + start.loop_calls);
-        let window = mode::Window {
+        let calls = mode::Window {
             rate: served as f64 / seconds.max(1e-3),
             completions: served,
             peak_in_flight: std::mem::take(&mut self.peak_in_flight),
             loop_share: (end.loop_calls - start.loop_calls) as f64 / served.max(1) as f64,
         };
-        let min_threads = self.plan.initial.max(self.plan.min.max(1));
-        if self
-            .mode
-            .window(&window, pool, self.probe.is_some(), min_threads, now)
-        {
-            return;
-        }
+        Some(Closed {
+            target,
+            queued_in_window,
+            completions,
+            rate,
+            latency,
+            in_flight,
+            busy_threads,
+            peak_busy,
+            lock_share,
+            cpus,
+            demand,
+            share,
+            siblings,
+            threads,
+            waits_for_cpu,
+            blocking,
+            saturated,
+            up_room,
+            held_for_siblings,
+            calls,
+        })
+    }
 
-        // 3a. A step down that lost, against the window after going back.
+    /// Hill climbing (rule 3): a step down that lost, judged again on the
+    /// window after going back. True when the pool returned to the smaller
+    /// size, which ends the tick.
+    fn recheck_step_down(
+        &mut self,
+        pool: &mut impl Tunable,
+        window: &Closed,
+        now: Instant,
+    ) -> bool {
+        let &Closed {
+            target,
+            rate,
+            latency,
+            blocking,
+            ..
+        } = window;
         if let Some(r) = self.recheck.take()
             && target > r.size
             && !blocking
@@ -785,101 +867,133 @@ impl Controller {
                 latency / 1e6
             );
             self.set(pool, r.size, now, &why);
-            return;
+            return true;
         }
+        false
+    }
 
-        // 3b. A probe's verdict.
-        if let Some(probe) = self.probe.take() {
-            // Perfect scaling would change the rate by step/size; ask for half
-            // of that from a step up (so a pool of 30 still grows for I/O
-            // views) and forgive a quarter of it in a step down.
-            let step = probe.previous.abs_diff(target) as f64;
-            let share = step / probe.previous.max(target) as f64;
-            let kept = match probe.direction {
-                Direction::Up => {
-                    rate > probe.baseline * (1.0 + (GAIN - 1.0).min(share / 2.0))
-                        && lock_share < LOCK_NO_GROW
-                }
-                Direction::Down => {
-                    completions >= DOWN_MIN_SAMPLE
-                        && fewer_served_as_much(
-                            (rate, latency),
-                            (probe.baseline, probe.baseline_latency),
-                            share,
-                        )
-                }
-            };
-            if kept {
-                self.cooldown = COOLDOWN_MIN;
-                // Keep going the same way while it pays.
-                let (more, why) = match probe.direction {
-                    Direction::Up => (
-                        queued_in_window && target < self.plan.max && up_room,
-                        "more threads raised throughput",
-                    ),
-                    Direction::Down => (
-                        target > self.plan.min.max(1) && saturated,
-                        "fewer threads served as much",
-                    ),
-                };
-                if more {
-                    self.start_probe(
-                        pool,
-                        probe.direction,
-                        (rate, latency, in_flight),
-                        target,
-                        now,
-                        why,
-                    );
-                } else {
-                    self.next_probe = now + self.cooldown;
-                }
-            } else {
-                let what = match probe.direction {
-                    Direction::Up => "more threads did not help",
-                    // Say which test failed: the rate can hold while the
-                    // time in the pool grows.
-                    Direction::Down if latency > probe.baseline_latency * DOWN_LATENCY => {
-                        "fewer threads kept requests longer in the pool"
-                    }
-                    Direction::Down => "fewer threads served less",
-                };
-                let why = format!(
-                    "{what}: {rate:.0}/s vs {:.0}/s, {:.2} vs {:.2} ms in the pool",
-                    probe.baseline,
-                    latency / 1e6,
-                    probe.baseline_latency / 1e6
-                );
-                self.set(pool, probe.previous, now, &why);
-                if probe.direction == Direction::Down {
-                    self.recheck = Some(Recheck {
-                        size: target,
-                        rate,
-                        latency,
-                        step_share: share,
-                    });
-                }
-                self.lost[probe.direction as usize] = Some(Lost {
-                    from: probe.previous,
-                    in_flight: probe.baseline_in_flight,
-                    rate: probe.baseline,
-                    at: now,
-                });
-                self.next_probe = now + self.cooldown;
-                self.cooldown = (self.cooldown * 2).min(COOLDOWN_MAX);
-                self.next_direction = match probe.direction {
-                    Direction::Up => Direction::Down,
-                    Direction::Down => Direction::Up,
-                };
+    /// Hill climbing (rule 3): a probe's verdict on the window it ran.
+    /// Kept, the next step the same way while it pays; lost, back to the
+    /// size before it, remembered, and a longer wait. True when a probe
+    /// was judged, which ends the tick.
+    fn judge_probe(&mut self, pool: &mut impl Tunable, window: &Closed, now: Instant) -> bool {
+        let Some(probe) = self.probe.take() else {
+            return false;
+        };
+        let &Closed {
+            target,
+            queued_in_window,
+            completions,
+            rate,
+            latency,
+            in_flight,
+            lock_share,
+            saturated,
+            up_room,
+            ..
+        } = window;
+        // Perfect scaling would change the rate by step/size; ask for half
+        // of that from a step up (so a pool of 30 still grows for I/O
+        // views) and forgive a quarter of it in a step down.
+        let step = probe.previous.abs_diff(target) as f64;
+        let share = step / probe.previous.max(target) as f64;
+        let kept = match probe.direction {
+            Direction::Up => {
+                rate > probe.baseline * (1.0 + (GAIN - 1.0).min(share / 2.0))
+                    && lock_share < LOCK_NO_GROW
             }
-            return;
+            Direction::Down => {
+                completions >= DOWN_MIN_SAMPLE
+                    && fewer_served_as_much(
+                        (rate, latency),
+                        (probe.baseline, probe.baseline_latency),
+                        share,
+                    )
+            }
+        };
+        if kept {
+            self.cooldown = COOLDOWN_MIN;
+            // Keep going the same way while it pays.
+            let (more, why) = match probe.direction {
+                Direction::Up => (
+                    queued_in_window && target < self.plan.max && up_room,
+                    "more threads raised throughput",
+                ),
+                Direction::Down => (
+                    target > self.plan.min.max(1) && saturated,
+                    "fewer threads served as much",
+                ),
+            };
+            if more {
+                self.start_probe(
+                    pool,
+                    probe.direction,
+                    (rate, latency, in_flight),
+                    target,
+                    now,
+                    why,
+                );
+            } else {
+                self.next_probe = now + self.cooldown;
+            }
+        } else {
+            let what = match probe.direction {
+                Direction::Up => "more threads did not help",
+                // Say which test failed: the rate can hold while the
+                // time in the pool grows.
+                Direction::Down if latency > probe.baseline_latency * DOWN_LATENCY => {
+                    "fewer threads kept requests longer in the pool"
+                }
+                Direction::Down => "fewer threads served less",
+            };
+            let why = format!(
+                "{what}: {rate:.0}/s vs {:.0}/s, {:.2} vs {:.2} ms in the pool",
+                probe.baseline,
+                latency / 1e6,
+                probe.baseline_latency / 1e6
+            );
+            self.set(pool, probe.previous, now, &why);
+            if probe.direction == Direction::Down {
+                self.recheck = Some(Recheck {
+                    size: target,
+                    rate,
+                    latency,
+                    step_share: share,
+                });
+            }
+            self.lost[probe.direction as usize] = Some(Lost {
+                from: probe.previous,
+                in_flight: probe.baseline_in_flight,
+                rate: probe.baseline,
+                at: now,
+            });
+            self.next_probe = now + self.cooldown;
+            self.cooldown = (self.cooldown * 2).min(COOLDOWN_MAX);
+            self.next_direction = match probe.direction {
+                Direction::Up => Direction::Down,
+                Direction::Down => Direction::Up,
+            };
         }
+        true
+    }
 
-        // Runnable threads past the share, waiting for a CPU: shed them,
-        // keeping the share and the threads that block. Not in a pool whose
-        // threads mostly block: there a few are runnable at a time, just
-        // woken, and shedding fought the spare threads (36 and 37 threads
-        // for 32 sleeping clients, in turn).
+    /// Over its share: runnable threads past the worker's share of the
+    /// CPUs, waiting for a CPU, are shed without a probe, keeping the share
+    /// and the threads that block. True when it shed, which ends the tick.
+    fn shed_over_share(&mut self, pool: &mut impl Tunable, window: &Closed, now: Instant) -> bool {
+        let &Closed {
+            target,
+            cpus,
+            share,
+            siblings,
+            threads,
+            waits_for_cpu,
+            blocking,
+            ..
+        } = window;
+        // Not in a pool whose threads mostly block: there a few are
+        // runnable at a time, just woken, and shedding fought the spare
+        // threads (36 and 37 threads for 32 sleeping clients, in turn).
         if let Some(t) = threads
             && !blocking
             && t.runnable > share + OVER_SHARE
@@ -908,14 +1022,32 @@ impl Controller {
             };
             self.set(pool, target.saturating_sub(excess), now, &why);
             self.next_probe = now + self.cooldown;
-            return;
+            return true;
         }
+        false
+    }
 
-        // Spare threads for a pool whose threads block: when every thread
-        // was busy at some tick, the next request waits for one to come
-        // back, which on a busy CPU is a scheduler's slice, not the
-        // microseconds of its bookkeeping. Measured, a 5 ms sleeping view
-        // at 8 clients, one worker on 2 CPUs: 8 threads p99 7.0-7.4 ms,
+    /// Spare threads for a pool whose threads block: one in eight past the
+    /// most that were busy at a tick, added without a probe. True when it
+    /// added them, which ends the tick.
+    fn keep_spare_threads(
+        &mut self,
+        pool: &mut impl Tunable,
+        window: &Closed,
+        now: Instant,
+    ) -> bool {
+        let &Closed {
+            target,
+            in_flight,
+            busy_threads,
+            peak_busy,
+            lock_share,
+            ..
+        } = window;
+        // When every thread was busy at some tick, the next request waits
+        // for one to come back, which on a busy CPU is a scheduler's slice,
+        // not the microseconds of its bookkeeping. Measured, a 5 ms sleeping
+        // view at 8 clients, one worker on 2 CPUs: 8 threads p99 7.0-7.4 ms,
         // 16 threads 6.3-6.9 ms, at the same throughput. The clients bound
         // how many can be busy, so this stops one step past them. While
         // more requests wait than that, growing is the probes' part: they
@@ -937,10 +1069,19 @@ impl Controller {
                 self.spare
             );
             self.set(pool, size, now, &why);
-            return;
+            return true;
         }
+        false
+    }
 
-        // 2. Lock contention.
+    /// Lock contention (rule 2): threads that spend more than
+    /// `LOCK_SHRINK` of their time waiting for the plugin's process-wide
+    /// lock only queue for it; one is shed (never below 2). True when it
+    /// shed, which ends the tick.
+    fn lock_contention(&mut self, pool: &mut impl Tunable, window: &Closed, now: Instant) -> bool {
+        let &Closed {
+            target, lock_share, ..
+        } = window;
         if lock_share > LOCK_SHRINK && target > 2 {
             self.set(
                 pool,
@@ -949,76 +1090,97 @@ impl Controller {
                 "threads wait on the plugin's process-wide lock",
             );
             self.next_probe = now + self.cooldown;
-            return;
+            return true;
         }
+        false
+    }
 
-        // 3a. Try more threads while requests queue, or fewer while the CPUs
-        // are saturated (alternating after a failed trial when both apply).
-        if now >= self.next_probe {
-            let up_wanted = queued_in_window
-                && lock_share < LOCK_NO_GROW
-                && target < self.plan.max
-                && (!saturated || now >= self.next_saturated_up);
-            if up_wanted && held_for_siblings {
-                self.waited_for_siblings += 1;
-            }
-            let mut up = up_wanted && up_room;
-            let mut down = queued_in_window
-                && saturated
-                && completions >= DOWN_MIN_SAMPLE
-                && target > self.plan.min.max(1);
-            let mut skipped = false;
-            for (wanted, direction) in [(&mut up, Direction::Up), (&mut down, Direction::Down)] {
-                if *wanted && self.lost_lately(direction, target, in_flight, rate, now) {
-                    *wanted = false;
-                    skipped = true;
-                }
-            }
-            if skipped && !up && !down {
-                // The turn is spent: counted once per cooldown, not per window.
-                self.not_repeated += 1;
-                self.next_probe = now + self.cooldown;
-            }
-            let direction = match (up, down) {
-                (true, true) => Some(self.next_direction),
-                (true, false) => Some(Direction::Up),
-                (false, true) => Some(Direction::Down),
-                (false, false) => None,
-            };
-            if let Some(direction) = direction {
-                if direction == Direction::Up && saturated {
-                    self.next_saturated_up = now + COOLDOWN_MAX;
-                }
-                // A step up says what gave it room, so that a log shows
-                // why a worker tried a thread past its share.
-                let why = match direction {
-                    Direction::Up => format!(
-                        "requests queue: trying more ({}; {demand:.1} CPU(s) wanted here, a share \
-                         of {share:.1} of {cpus:.0}{})",
-                        threads.map_or("no thread clocks".into(), |t| format!(
-                            "{:.1} runnable thread(s), {:.1} blocked",
-                            t.runnable, t.blocked
-                        )),
-                        siblings.map_or(String::new(), |s| format!(
-                            ", {:.1} wanted by {} sibling(s)",
-                            s.demand, s.workers
-                        )),
-                    ),
-                    Direction::Down => "trying fewer".into(),
-                };
-                self.start_probe(
-                    pool,
-                    direction,
-                    (rate, latency, in_flight),
-                    target,
-                    now,
-                    &why,
-                );
-                return;
+    /// Hill climbing (rule 3): once the wait since the last trial is over,
+    /// try more threads while requests queue, or fewer while the CPUs are
+    /// saturated (alternating after a failed trial when both apply), but
+    /// not a trial that lost lately at this size and load. True when a
+    /// probe started, which ends the tick.
+    fn try_probe(&mut self, pool: &mut impl Tunable, window: &Closed, now: Instant) -> bool {
+        let &Closed {
+            target,
+            queued_in_window,
+            completions,
+            rate,
+            latency,
+            in_flight,
+            lock_share,
+            cpus,
+            demand,
+            share,
+            siblings,
+            threads,
+            saturated,
+            up_room,
+            held_for_siblings,
+            ..
+        } = window;
+        if now < self.next_probe {
+            return false;
+        }
+        let up_wanted = queued_in_window
+            && lock_share < LOCK_NO_GROW
+            && target < self.plan.max
+            && (!saturated || now >= self.next_saturated_up);
+        if up_wanted && held_for_siblings {
+            self.waited_for_siblings += 1;
+        }
+        let mut up = up_wanted && up_room;
+        let mut down = queued_in_window
+            && saturated
+            && completions >= DOWN_MIN_SAMPLE
+            && target > self.plan.min.max(1);
+        let mut skipped = false;
+        for (wanted, direction) in [(&mut up, Direction::Up), (&mut down, Direction::Down)] {
+            if *wanted && self.lost_lately(direction, target, in_flight, rate, now) {
+                *wanted = false;
+                skipped = true;
             }
         }
-
-        self.retire_if_idle(pool, now);
+        if skipped && !up && !down {
+            // The turn is spent: counted once per cooldown, not per window.
+            self.not_repeated += 1;
+            self.next_probe = now + self.cooldown;
+        }
+        let direction = match (up, down) {
+            (true, true) => self.next_direction,
+            (true, false) => Direction::Up,
+            (false, true) => Direction::Down,
+            (false, false) => return false,
+        };
+        if direction == Direction::Up && saturated {
+            self.next_saturated_up = now + COOLDOWN_MAX;
+        }
+        // A step up says what gave it room, so that a log shows
+        // why a worker tried a thread past its share.
+        let why = match direction {
+            Direction::Up => format!(
+                "requests queue: trying more ({}; {demand:.1} CPU(s) wanted here, a share \
+                 of {share:.1} of {cpus:.0}{})",
+                threads.map_or("no thread clocks".into(), |t| format!(
+                    "{:.1} runnable thread(s), {:.1} blocked",
+                    t.runnable, t.blocked
+                )),
+                siblings.map_or(String::new(), |s| format!(
+                    ", {:.1} wanted by {} sibling(s)",
+                    s.demand, s.workers
+                )),
+            ),
+            Direction::Down => "trying fewer".into(),
+        };
+        self.start_probe(
+            pool,
+            direction,
+            (rate, latency, in_flight),
+            target,
+            now,
+            &why,
+        );
+        true
     }
 
     /// Start a measurement window now, with nothing of the time before it.
