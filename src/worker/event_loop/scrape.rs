@@ -1,7 +1,7 @@
 //! `--metrics`: the loop's side. Every worker accepts on the metrics
 //! listener; a connection from it is answered by the loop itself (no
-//! plugin) with the whole server's exposition, rendered from the metrics
-//! page. The loop also counts each response into its block and publishes
+//! plugin: the front desk leaves its requests here) with the whole
+//! server's exposition, rendered from the metrics page. The loop also counts each response into its block and publishes
 //! the pool's statistics there every `PUBLISH_EVERY`.
 
 use std::io;
