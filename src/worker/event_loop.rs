@@ -7,6 +7,10 @@
 //! until it would block (or a short read shows it is dry), because an edge
 //! is announced only once.
 //!
+//! A request meets the front desk first (`event_loop/front_desk.rs`): the
+//! health path, a CORS preflight, a request without a valid API key and a
+//! scrape are answered there, by the loop; any other goes on to the plugin.
+//!
 //! A plugin that declares `M0_CAP_INLINE` (its handler never blocks) is
 //! called on this thread, with no hand-off; a request it would block on
 //! comes back as `M0_DEFER` and goes to the pool like any other (see
@@ -39,7 +43,6 @@ use super::metrics::WorkerMetrics;
 use super::pool::Pool;
 use super::pool::adaptive::{self, Controller};
 use crate::config::Config;
-use crate::http::forwarded;
 use crate::http::head::{Limits, RequestHead};
 use crate::http::{HttpError, response};
 use crate::plugin::call::{Completion, Job, Peer};
@@ -49,15 +52,15 @@ use crate::signals::SignalPipe;
 mod accept_pause;
 mod admission;
 mod answer;
-mod auth;
-mod cors;
-mod health;
+mod front_desk;
 mod inline;
 mod scrape;
 mod sweep;
 
 pub mod loop_calls;
 mod tunable;
+
+use front_desk::{Desk, FrontDesk, Pass};
 use inline::{InlineCalls, SpinGate};
 use loop_calls::{LoopCaller, LoopCalls};
 
@@ -156,14 +159,9 @@ pub struct EventLoop {
     events: Option<Events>,
     completions: Vec<Completion>,
     access_log: Option<AccessLog>,
-    /// `--health-path`, answered by the loop itself.
-    health_path: Option<String>,
-    /// API keys: without one, 401 from the loop.
-    api_keys: Option<std::sync::Arc<crate::auth::ApiKeys>>,
-    /// `--cors-allow-origin`.
-    cors: crate::http::cors::Origins,
-    /// `--forwarded-allow-ips`.
-    trusted_proxies: forwarded::Trusted,
+    /// The checks before any plugin, with their settings (health path,
+    /// API keys, CORS, trusted proxies): `event_loop/front_desk.rs`.
+    desk: FrontDesk,
     /// `--metrics`: this worker's counting, and the listener scrapes come to.
     metrics: Option<WorkerMetrics>,
     metrics_listener: Option<TcpListener>,
@@ -248,10 +246,7 @@ impl EventLoop {
             events: Some(Events::with_capacity(1024)),
             completions: Vec::with_capacity(64),
             access_log: None,
-            health_path: cfg.cli.health_path.clone(),
-            api_keys: cfg.api_keys.clone(),
-            cors: crate::http::cors::Origins::from_values(&cfg.cli.cors_allow_origin),
-            trusted_proxies: cfg.cli.forwarded_allow_ips.clone(),
+            desk: FrontDesk::new(cfg),
             metrics: None,
             metrics_listener: None,
             idle_spin: Duration::from_micros(u64::from(cli.idle_spin_us)),
@@ -828,31 +823,59 @@ impl EventLoop {
         }
     }
 
-    /// Returns true when the request was answered inline and the
-    /// connection can take the next one at once.
+    /// A parsed request: past the front desk and the plugin's admission
+    /// to whoever calls the plugin (this thread inline, a loop call, or the
+    /// pool). True when it was answered on this thread and the connection
+    /// can take the next one at once.
     fn dispatch(&mut self, key: usize, mut ready: Ready) -> bool {
         if !self.settle_interim(key) {
             self.head_scratch_return(ready.head);
             return false;
         }
-        if self.conns.get(key).is_some_and(|c| c.scraper) {
-            return self.answer_scrape(key, ready);
-        }
-        answer::count_received(&self.metrics, ready.consumed);
-        if self.is_health_probe(key, &ready) {
-            return self.answer_health(key, ready);
-        }
-        if self.is_preflight(key, &ready) {
-            return self.answer_preflight(key, ready);
-        }
-        let cors = self.cors_allowed(key, &ready);
-        if !self.is_authorized(key, &ready) {
-            return self.answer_unauthorized(key, ready, cors);
-        }
-        self.hide_checked_key(key, &mut ready);
-        let Some(conn) = self.conns.get_mut(key) else {
+        let Some(conn) = self.conns.get(key) else {
+            self.head_scratch_return(ready.head);
             return false;
         };
+        let pass = match self.desk.check(
+            &mut ready,
+            &conn.rbuf,
+            conn.peer.addr,
+            conn.scraper,
+            &self.metrics,
+        ) {
+            Desk::Pass(pass) => pass,
+            Desk::Answered(answer) => return self.answer_from_desk(key, ready, answer),
+            Desk::Scrape => return self.answer_scrape(key, ready),
+        };
+        let Some(job) = self.take_job(key, ready, pass) else {
+            return false;
+        };
+        let job = match self.admit_request(key, job) {
+            Ok(job) => job,
+            Err(ready) => return ready,
+        };
+        let job = match self.try_inline(key, job) {
+            Ok(job) => job,
+            Err(ready) => return ready,
+        };
+        if let Some(conn) = self.conns.get_mut(key) {
+            conn.phase = Phase::Dispatched;
+        }
+        if self.may_call_on_loop() {
+            self.in_flight += 1;
+            self.queue_loop_call(job);
+        } else {
+            self.submit_to_pool(key, job);
+        }
+        false
+    }
+
+    /// The job of a request that passed the front desk, with what the desk
+    /// gave it; None when the connection is gone. The request's bytes go
+    /// with the job, pipelined bytes after it stay; the connection has no
+    /// deadline while the job is out.
+    fn take_job(&mut self, key: usize, ready: Ready, pass: Pass) -> Option<Job> {
+        let conn = self.conns.get_mut(key)?;
         let Ready {
             head,
             body,
@@ -861,12 +884,16 @@ impl EventLoop {
         let cap = self.max_keepalive_requests;
         let keep_alive =
             head.keep_alive && self.drain_deadline.is_none() && (cap == 0 || conn.served + 1 < cap);
-        // The request's bytes go with the job; pipelined bytes after it stay.
         let mut rest = self.spare_bufs.pop().unwrap_or_default();
         rest.clear();
         rest.extend_from_slice(&conn.rbuf[consumed..]);
         let mut buf = std::mem::replace(&mut conn.rbuf, rest);
         buf.truncate(consumed);
+        let Pass {
+            cors,
+            client,
+            https,
+        } = pass;
         let job = Job {
             token: key,
             fd: conn.stream.as_raw_fd(),
@@ -874,37 +901,20 @@ impl EventLoop {
             head,
             body,
             keep_alive,
-            peer: Arc::clone(&conn.peer),
-            https: false,
+            peer: client.unwrap_or_else(|| Arc::clone(&conn.peer)),
+            https,
             cors,
             queued_at: self.now,
             cost: 0,
         };
         self.sweep.set(key, None);
-        let job = self.apply_proxy_headers(job);
-        let job = match self.admit_request(key, job) {
-            Ok(job) => job,
-            Err(ready) => return ready,
-        };
-        if let Some(inline) = &mut self.inline {
-            inline.spilled.clear();
-            let outcome = self
-                .pool
-                .call_inline(&job, &mut inline.bufs, &mut inline.spilled);
-            if !outcome.deferred {
-                return self.answered_inline(key, job, outcome);
-            }
-        }
-        if let Some(conn) = self.conns.get_mut(key) {
-            conn.phase = Phase::Dispatched;
-        }
-        if self.may_call_on_loop() {
-            self.in_flight += 1;
-            self.queue_loop_call(job);
-            return false;
-        }
+        Some(job)
+    }
+
+    /// Queue the job for a handler thread; a full queue is answered 503
+    /// here.
+    fn submit_to_pool(&mut self, key: usize, mut job: Job) {
         // Queue wait counts from here: inline and loop calls need no clock.
-        let mut job = job;
         job.queued_at = Instant::now();
         match self.pool.try_submit(job) {
             Ok(()) => self.in_flight += 1,
@@ -921,7 +931,6 @@ impl EventLoop {
                 );
             }
         }
-        false
     }
 
     pub(super) fn on_completion(&mut self, done: Completion) {
@@ -960,29 +969,6 @@ impl EventLoop {
         };
         self.sweep.set(key, timeout.map(|t| self.now + t));
         true
-    }
-
-    /// The client and scheme a trusted proxy names (`--forwarded-allow-ips`).
-    fn apply_proxy_headers(&self, mut job: Job) -> Job {
-        if self.trusted_proxies.is_empty() || !self.trusted_proxies.trusts(job.peer.addr) {
-            return job;
-        }
-        let headers = job
-            .head
-            .headers
-            .iter()
-            .map(|(n, v)| (n.get(&job.buf), v.get(&job.buf)));
-        if let Some(said) = forwarded::resolve(&self.trusted_proxies, job.peer.addr, headers) {
-            if let Some(client) = said.client {
-                job.peer = Arc::new(Peer {
-                    addr: client,
-                    ip: client.to_string(),
-                    port: 0,
-                });
-            }
-            job.https = said.https.unwrap_or(false);
-        }
-        job
     }
 
     pub fn set_access_log(&mut self, log: AccessLog) {

@@ -1,48 +1,21 @@
-//! What the loop answers itself (the health path, a scrape): writing the
-//! answer into the connection and sending it; and what every response
-//! leaves behind, its access-log line and its count in the metrics.
+//! What the loop answers itself (the front desk's answers, a scrape):
+//! writing the answer into the connection and sending it; and what every
+//! response leaves behind, its access-log line and its count in the
+//! metrics.
 
 use std::os::fd::AsRawFd;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::EventLoop;
-use crate::http::head::RequestHead;
-use crate::http::response::{self, BodyLength};
+use super::front_desk::Answer;
 use crate::worker::access_log::{AccessLog, Entry};
-use crate::worker::connection::{Conn, Ready};
+use crate::worker::connection::Ready;
 use crate::worker::metrics::WorkerMetrics;
-
-/// An answer the loop gives itself, into the connection's `out`: the body
-/// only for a method other than HEAD.
-pub(super) fn write_own_answer(
-    conn: &mut Conn,
-    head: &RequestHead,
-    status: u16,
-    headers: &[(&[u8], &[u8])],
-    body: &[u8],
-    keep_alive: bool,
-) {
-    conn.out.clear();
-    conn.out_pos = 0;
-    response::write_head(
-        &mut conn.out,
-        head.http_minor,
-        status,
-        None,
-        BodyLength::Sized(body.len() as u64),
-        keep_alive,
-        headers.iter().copied(),
-    );
-    if !head.is_head_method {
-        conn.out.extend_from_slice(body);
-    }
-}
 
 impl EventLoop {
     /// Sends the answer the loop wrote into the connection's `out` itself
-    /// (the health path, a scrape): at once, or as the socket drains. True
-    /// when the connection is ready for its next request now.
+    /// (the front desk's answers, a scrape): at once, or as the socket
+    /// drains. True when the connection is ready for its next request now.
     pub(super) fn send_own_answer(&mut self, key: usize, keep_alive: bool) -> bool {
         let Some(conn) = self.conns.get_mut(key) else {
             return false;
@@ -71,6 +44,26 @@ impl EventLoop {
 }
 
 impl EventLoop {
+    /// Writes what the front desk answered to `ready` into the connection
+    /// and sends it. True when the connection is ready for its next request
+    /// now.
+    pub(super) fn answer_from_desk(&mut self, key: usize, ready: Ready, answer: Answer) -> bool {
+        let draining = self.drain_deadline.is_some();
+        let Some(conn) = self.conns.get_mut(key) else {
+            self.head_scratch_return(ready.head);
+            return false;
+        };
+        let written = answer.write(&ready.head, &conn.rbuf, draining, &mut conn.out);
+        conn.out_pos = 0;
+        self.finish_own_answer(
+            key,
+            ready,
+            written.status,
+            written.body_bytes,
+            written.keep_alive,
+        )
+    }
+
     /// After the loop wrote its own answer to `ready` into the connection's
     /// `out`: the access-log line and the count, the request's bytes
     /// consumed, and the answer sent. True when the connection is ready for
@@ -128,14 +121,5 @@ pub(super) fn note(
     }
     if let Some(log) = log {
         log.record(entry, now);
-    }
-}
-
-/// Request bytes received, counted as each request is dispatched.
-pub(super) fn count_received(metrics: &Option<WorkerMetrics>, bytes: usize) {
-    if let Some(m) = metrics {
-        m.block()
-            .bytes_in
-            .fetch_add(bytes as u64, Ordering::Relaxed);
     }
 }

@@ -60,6 +60,24 @@ impl EventLoop {
             && self.now.saturating_duration_since(self.last_event) < self.idle_spin
     }
 
+    /// Call the plugin on this thread, when calls are inline: the job back
+    /// when no inline call answered it (calls are not inline, or the
+    /// plugin deferred it), or whether the connection is ready for its next
+    /// request now.
+    pub(super) fn try_inline(&mut self, key: usize, job: Job) -> Result<Job, bool> {
+        let Some(inline) = &mut self.inline else {
+            return Ok(job);
+        };
+        inline.spilled.clear();
+        let outcome = self
+            .pool
+            .call_inline(&job, &mut inline.bufs, &mut inline.spilled);
+        if outcome.deferred {
+            return Ok(job);
+        }
+        Err(self.answered_inline(key, job, outcome))
+    }
+
     /// An inline call answered. True when the connection is ready for its
     /// next request now; otherwise it flushes first, or closes.
     pub(super) fn answered_inline(&mut self, key: usize, job: Job, outcome: Outcome) -> bool {

@@ -1,7 +1,7 @@
 //! `--metrics`: the loop's side. Every worker accepts on the metrics
 //! listener; a connection from it is answered by the loop itself (no
-//! plugin) with the whole server's exposition, rendered from the metrics
-//! page. The loop also counts each response into its block and publishes
+//! plugin: the front desk leaves its requests here) with the whole
+//! server's exposition, rendered from the metrics page. The loop also counts each response into its block and publishes
 //! the pool's statistics there every `PUBLISH_EVERY`.
 
 use std::io;
@@ -11,6 +11,7 @@ use std::time::Instant;
 use mio::Interest;
 use mio::net::TcpListener;
 
+use super::front_desk::write_own_answer;
 use super::{ACCEPT_BATCH, EventLoop, METRICS};
 use crate::worker::connection::Ready;
 use crate::worker::metrics::{LoopCounts, WorkerMetrics};
@@ -95,8 +96,9 @@ impl EventLoop {
             }
         };
         let keep_alive = head.keep_alive && self.drain_deadline.is_none();
-        super::answer::write_own_answer(
-            conn,
+        conn.out_pos = 0;
+        write_own_answer(
+            &mut conn.out,
             head,
             status,
             &[(b"Content-Type", b"text/plain; version=0.0.4; charset=utf-8")],
