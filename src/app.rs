@@ -28,7 +28,7 @@ pub fn main() -> i32 {
             // --help and --version are not errors.
             if !e.use_stderr() {
                 let _ = e.print();
-                return 0;
+                return process::EXIT_OK;
             }
             let argv: Vec<String> = std::env::args().collect();
             let message = crate::config::usage_message(&e, &argv);
@@ -38,7 +38,7 @@ pub fn main() -> i32 {
                 println!("{}", crate::doctor::usage_report(&e, &message));
             }
             eprint!("{message}");
-            return 2;
+            return process::EXIT_USAGE;
         }
     };
     if let Some(crate::config::Command::Completions { shell }) = cli.command {
@@ -47,8 +47,8 @@ pub fn main() -> i32 {
     crate::log::set_level(cli.log_level);
     crate::log::set_json(cli.log_format == crate::config::LogFormat::Json);
     let mut cfg = Config::from_cli(cli);
-    if let Some(index) = std::env::var_os(process::ENV_WORKER_INDEX) {
-        run_spawned_worker(cfg, index.to_string_lossy().parse().unwrap_or(0));
+    if let Some(index) = process::spawned_index() {
+        run_spawned_worker(cfg, index);
     }
     // Before the plugin's probe child or any worker exists: only the
     // supervisor tells systemd the service is ready.
@@ -101,7 +101,9 @@ pub fn main() -> i32 {
             unsafe { crate::auth::scrub_environment() };
         }
     }
-    let Some(addr) = findings.addr else { return 1 };
+    let Some(addr) = findings.addr else {
+        return process::EXIT_STARTUP;
+    };
     let mut inherited = false;
     let bound = match crate::listener::inherited() {
         Ok(Some(fd)) => {
@@ -129,7 +131,7 @@ pub fn main() -> i32 {
     let (Some(plugin_path), Some(descriptor), Some((mode, mode_reason))) =
         (findings.plugin_path, findings.descriptor, findings.mode)
     else {
-        return 1;
+        return process::EXIT_STARTUP;
     };
     let plan = Plan {
         workers: cfg.cli.workers,
@@ -156,7 +158,7 @@ pub fn main() -> i32 {
                     "--metrics {at}: {}; pass a free address and port to --metrics, or drop it",
                     e.message
                 ));
-                return 1;
+                return process::EXIT_STARTUP;
             }
         },
         None => None,
@@ -168,7 +170,7 @@ pub fn main() -> i32 {
 /// first forked worker would get, from this process's own command line.
 fn init_in_probe(plugin: &Plugin) -> Result<Calls, PluginError> {
     let cli = Cli::from_env().map_err(|e| PluginError {
-        exit_code: 2,
+        exit_code: process::EXIT_USAGE,
         message: e.to_string(),
         fix: None,
     })?;
@@ -214,7 +216,7 @@ fn refuse(check: &checks::Check) -> i32 {
         Some(fix) => crate::log::error(format_args!("{}; {fix}", check.detail)),
         None => crate::log::error(format_args!("{}", check.detail)),
     }
-    check.exit.unwrap_or(1)
+    check.exit.unwrap_or(process::EXIT_STARTUP)
 }
 
 /// `m0serve completions SHELL`: the script on standard output.
@@ -223,10 +225,10 @@ fn completions(shell: clap_complete::Shell) -> i32 {
     let mut out = std::io::stdout().lock();
     clap_complete::generate(shell, &mut Cli::command(), "m0serve", &mut out);
     match std::io::Write::flush(&mut out) {
-        Ok(()) => 0,
+        Ok(()) => process::EXIT_OK,
         Err(e) => {
             eprintln!("m0serve: cannot write the completion script: {e}");
-            1
+            process::EXIT_STARTUP
         }
     }
 }
@@ -235,7 +237,7 @@ fn run_spawned_worker(mut cfg: Config, index: u32) -> ! {
     crate::log::set_role(format!("worker {index}"));
     let fail = |message: String| -> ! {
         crate::log::error(format_args!("{message}"));
-        process::exit_now(78)
+        process::exit_now(process::EXIT_REFUSED)
     };
     // The supervisor checked the same sources before it started us.
     match crate::auth::load(cfg.cli.key_sources()) {
@@ -246,25 +248,25 @@ fn run_spawned_worker(mut cfg: Config, index: u32) -> ! {
     // SAFETY: this process has no other thread yet.
     unsafe { crate::auth::scrub_environment() };
     let cfg = &cfg;
-    let fds = supervisor::adopt_spawned_fds(cfg.cli.workers as usize).unwrap_or_else(|e| fail(e));
-    let Some(plugin_path) = std::env::var_os(process::ENV_PLUGIN_FILE) else {
-        fail(format!(
-            "spawned worker started without {}",
-            process::ENV_PLUGIN_FILE
-        ))
-    };
+    let handed = process::adopt(cfg.cli.workers as usize).unwrap_or_else(|e| fail(e));
     worker::run(
         cfg,
         WorkerSetup {
             index,
             workers: cfg.cli.workers,
-            listener_fd: fds.listener,
-            ready_fd: Some(fds.ready),
+            listener_fd: handed.listener,
+            ready_fd: Some(handed.ready),
             spawned: true,
-            plugin_path: PathBuf::from(plugin_path),
-            share: fds.share,
-            metrics: fds.metrics,
-            others_serve: std::env::var_os(process::ENV_OTHERS_SERVE).is_some(),
+            plugin_path: handed.plugin_path,
+            share: handed.share.map(|s| worker::ShareFds {
+                page: s.page,
+                recv: s.recv,
+                sends: s.sends,
+            }),
+            metrics: handed
+                .metrics
+                .map(|(page, listener_fd)| worker::MetricsFds { page, listener_fd }),
+            others_serve: handed.others_serve,
         },
     )
 }

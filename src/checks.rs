@@ -10,7 +10,7 @@ use crate::config::Config;
 use crate::listener::BindError;
 use crate::plugin::descriptor::ProcessLock;
 use crate::plugin::{Descriptor, probe, resolve};
-use crate::process::Mode;
+use crate::process::{EXIT_OK, EXIT_REFUSED, EXIT_STARTUP, EXIT_USAGE, Mode};
 use crate::worker::pool::batching;
 use crate::worker::pool::sizing::{self, PoolPlan};
 
@@ -103,7 +103,7 @@ impl Findings {
     }
 
     pub fn exit_code(&self) -> i32 {
-        self.failure().and_then(|c| c.exit).unwrap_or(0)
+        self.failure().and_then(|c| c.exit).unwrap_or(EXIT_OK)
     }
 
     fn push(&mut self, check: Check) -> bool {
@@ -127,7 +127,12 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
     let ip = match crate::listener::parse_host(&cli.host) {
         Ok(ip) => ip,
         Err(e) => {
-            f.push(Check::fail("host", 2, e, "pass --host with an IP address"));
+            f.push(Check::fail(
+                "host",
+                EXIT_USAGE,
+                e,
+                "pass --host with an IP address",
+            ));
             return f;
         }
     };
@@ -146,7 +151,7 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
     if !cli.app_dir.is_dir() {
         f.push(Check::fail(
             "app-dir",
-            1,
+            EXIT_STARTUP,
             format!("--app-dir {} is not a directory", cli.app_dir.display()),
             "pass --app-dir with an existing directory (default: the current directory)",
         ));
@@ -159,7 +164,7 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
     {
         f.push(Check::fail(
             "venv",
-            78,
+            EXIT_REFUSED,
             format!("{} {}: {problem}", venv_source(), venv.display()),
             "create it with python3.11 -m venv PATH and pass that path, or drop the setting \
              (the plugin then uses $VIRTUAL_ENV, else the Python it was built with)",
@@ -173,7 +178,7 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
         if let Err(e) = crate::worker::access_log::open_append(path) {
             f.push(Check::fail(
                 "access-log",
-                78,
+                EXIT_REFUSED,
                 format!("--access-log {path} cannot be opened for appending: {e}"),
                 "pass a writable file (its directory must exist), or - for standard output",
             ));
@@ -195,7 +200,7 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
         }
         Ok(None) => {}
         Err(e) => {
-            f.push(Check::fail("api-keys", 78, e.problem, e.fix));
+            f.push(Check::fail("api-keys", EXIT_REFUSED, e.problem, e.fix));
             return f;
         }
     }
@@ -203,7 +208,7 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
     let Some(spec) = cli.plugin.as_deref() else {
         f.push(Check::fail(
             "plugin",
-            2,
+            EXIT_USAGE,
             "no plugin given",
             "pass --plugin with a path or a short name, e.g. --plugin hello_c",
         ));
@@ -258,7 +263,7 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
     match report.init {
         Some(Err(e)) => {
             let fix = e.fix.unwrap_or_else(|| {
-                if e.exit_code == 78 {
+                if e.exit_code == EXIT_REFUSED {
                     "change the configuration the plugin names".into()
                 } else {
                     "fix the application or its arguments".into()
@@ -393,7 +398,7 @@ fn cpu_affinity_check(per_worker: u32, workers: u32) -> Check {
     if per_worker as usize > mask.len() {
         return Check::fail(
             "cpu-affinity",
-            78,
+            EXIT_REFUSED,
             format!(
                 "--cpu-affinity {per_worker} (M0_CPU_AFFINITY) asks for {per_worker} CPUs per worker, but the \
                  server may run on {} (CPUs {})",

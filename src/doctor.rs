@@ -5,7 +5,7 @@
 use crate::checks::{self, Findings};
 use crate::config::Config;
 use crate::json::Json;
-use crate::process::Mode;
+use crate::process::{EXIT_USAGE, Mode};
 
 /// FNV-1a of the checked-in header, so a bug report names the exact ABI.
 pub fn header_fingerprint() -> String {
@@ -97,7 +97,7 @@ pub fn usage_report(e: &clap::Error, message: &str) -> String {
     j.begin_object(None)
         .str("m0serve", env!("CARGO_PKG_VERSION"))
         .bool("ok", false)
-        .num("exit", 2);
+        .num("exit", EXIT_USAGE);
     build_section(&mut j);
     j.null("plugin").null("topology").null("server");
     j.begin_array("checks")
@@ -106,7 +106,7 @@ pub fn usage_report(e: &clap::Error, message: &str) -> String {
         .bool("ok", false)
         .str("detail", &usage_detail(message))
         .str("fix", &fix)
-        .num("exit", 2)
+        .num("exit", EXIT_USAGE)
         .end_object()
         .end_array()
         .end_object();

@@ -17,22 +17,27 @@
 //! so no two modules depend on each other; `tests/layering.rs` reads this
 //! list and fails on a use that breaks it, or on a module left out of it.
 //!
-//! 1. `auth`, `http`, `json`, `listener`, `memfd_map`, `process`,
-//!    `sd_notify`, `signals`, `topology`: each stands on its own and uses
-//!    no other module of the crate.
+//! 1. `auth`, `http`, `json`, `memfd_map`, `sd_notify`, `signals`,
+//!    `topology`: each stands on its own and uses no other module of the
+//!    crate.
 //! 2. `log`, `metrics_page`, `shared_page`: the server's own lines,
 //!    dated by `http`'s calendar; pages of atomics the processes share,
 //!    each a `memfd_map`.
-//! 3. `config`: the command line and environment, resolved once (its
-//!    request limits are `http`'s).
-//! 4. `plugin`: finding, probing and opening plugins, their init arguments,
+//! 3. `process`: the exit codes, and the exec contract of a spawned
+//!    worker, both sides (the pages it is handed, the signals reset
+//!    before exec).
+//! 4. `listener`: the listening socket, bound or adopted, each failure
+//!    with its exit code.
+//! 5. `config`: the command line and environment, resolved once (its
+//!    request limits are `http`'s, its host parsing `listener`'s).
+//! 6. `plugin`: finding, probing and opening plugins, their init arguments,
 //!    the host table, the one place a plugin's `handle` is called
 //!    (`plugin::call`) and the response it writes (`plugin::exchange`).
-//! 5. `worker`: a worker process, from opening the plugin to its exit.
-//! 6. `checks`, `supervisor`: what is refused before binding, and why; the
+//! 7. `worker`: a worker process, from opening the plugin to its exit.
+//! 8. `checks`, `supervisor`: what is refused before binding, and why; the
 //!    worker processes.
-//! 7. `doctor`: the checks and the plan as `--doctor` reports them.
-//! 8. `app`: the startup order, which may use any of the above.
+//! 9. `doctor`: the checks and the plan as `--doctor` reports them.
+//! 10. `app`: the startup order, which may use any of the above.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod app;

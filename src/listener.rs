@@ -11,6 +11,8 @@ use nix::sys::socket::{
     self, AddressFamily, Backlog, SockFlag, SockType, SockaddrStorage, sockopt,
 };
 
+use crate::process::{EXIT_REFUSED, EXIT_STARTUP};
+
 /// Parse `--host`: an IP address, `localhost`, or `[v6]`. No DNS.
 pub fn parse_host(host: &str) -> Result<IpAddr, String> {
     let trimmed = host.trim_start_matches('[').trim_end_matches(']');
@@ -62,7 +64,7 @@ pub fn bind(addr: SocketAddr, backlog: u32) -> Result<OwnedFd, BindError> {
         AddressFamily::Inet6
     };
     let fail_with = |message: String, fix: &str| BindError {
-        exit_code: 1,
+        exit_code: EXIT_STARTUP,
         message,
         fix: fix.to_string(),
     };
@@ -157,7 +159,7 @@ const LISTEN_FDS_START: i32 = 3;
 /// them again. Call it while the process has one thread.
 pub fn inherited() -> Result<Option<OwnedFd>, BindError> {
     let refuse = |message: String, fix: &str| BindError {
-        exit_code: 78,
+        exit_code: EXIT_REFUSED,
         message,
         fix: fix.to_string(),
     };
@@ -279,7 +281,7 @@ mod tests {
         let first = bind("127.0.0.1:0".parse().unwrap(), 16).ok().unwrap();
         let addr = local_addr(&first).unwrap();
         let err = bind(addr, 16).err().unwrap();
-        assert_eq!(err.exit_code, 1);
+        assert_eq!(err.exit_code, EXIT_STARTUP);
         assert!(err.message.contains("in use"), "{err}");
         assert!(err.fix.contains("--port"), "{err}");
         assert!(

@@ -3,18 +3,14 @@
 //! opens a plugin.
 //!
 //! Workers are forked (default) or forked and at once exec'd
-//! (`--spawn-workers`, or a plugin that declares it needs a fresh process).
-//! Between fork and exec the child runs only async-signal-safe calls: the
-//! argument and environment arrays, and high copies of the descriptors it
-//! adopts, are all prepared before the fork.
+//! (`--spawn-workers`, or a plugin that declares it needs a fresh process);
+//! the exec, and what a spawned worker is handed, is `process::spawn`.
 
-use std::ffi::{CString, OsString};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use nix::fcntl::{FcntlArg, FdFlag, OFlag, fcntl};
+use nix::fcntl::OFlag;
 use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, fork};
@@ -22,9 +18,7 @@ use nix::unistd::{ForkResult, Pid, fork};
 use crate::config::Config;
 use crate::metrics_page::{Death, MetricsPage};
 use crate::process::{
-    ENV_METRICS_FDS, ENV_OTHERS_SERVE, ENV_PLUGIN_FILE, ENV_SHARE_FDS, ENV_SPAWN_EXE,
-    ENV_WORKER_INDEX, ENV_WORKER_SPAWNED, EXIT_GRACEFUL_TIMEOUT, Mode, SPAWN_LISTEN_FD,
-    SPAWN_PAGE_FD, SPAWN_READY_FD, SPAWN_RECV_FD, SPAWN_SENDS_FD,
+    self, EXIT_GRACEFUL_TIMEOUT, EXIT_OK, EXIT_REFUSED, EXIT_STARTUP, Handover, Mode,
 };
 use crate::sd_notify::{self, Notifier};
 use crate::shared_page::{LEAVING, SharedPage};
@@ -35,7 +29,6 @@ use std::sync::atomic::Ordering;
 /// A death within this long of the start counts as a rapid crash.
 const RAPID: Duration = Duration::from_secs(1);
 const RAPID_LIMIT: u32 = 5;
-const EXIT_REFUSED: i32 = 78;
 
 pub struct Plan {
     pub workers: u32,
@@ -109,14 +102,14 @@ pub fn run(
         Ok(s) => s,
         Err(e) => {
             crate::log::error(format_args!("cannot install signal handlers: {e}"));
-            return 1;
+            return EXIT_STARTUP;
         }
     };
     let (ready_read, ready_write) = match nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK) {
         Ok(p) => p,
         Err(e) => {
             crate::log::error(format_args!("cannot create the ready pipe: {e}"));
-            return 1;
+            return EXIT_STARTUP;
         }
     };
     let mode = match plan.mode {
@@ -133,7 +126,7 @@ pub fn run(
     {
         Some(Err(e)) => {
             crate::log::error(format_args!("cannot create the metrics page: {e}"));
-            return 1;
+            return EXIT_STARTUP;
         }
         Some(Ok((page, listener))) => Some((page, Some(listener))),
         None => None,
@@ -160,7 +153,7 @@ pub fn run(
         announced: false,
         respawns: 0,
         rapid_deaths: 0,
-        exit_code: 0,
+        exit_code: EXIT_OK,
         reload_queue: Vec::new(),
         reload_waiting: None,
         replacing_ready: false,
@@ -218,7 +211,7 @@ impl Supervisor<'_> {
     /// The listening socket, while the server is not stopping.
     fn listener(&self) -> Result<&OwnedFd, (i32, String)> {
         self.listener.as_ref().ok_or((
-            1,
+            EXIT_STARTUP,
             "the server is stopping: no worker is started".to_string(),
         ))
     }
@@ -244,143 +237,27 @@ impl Supervisor<'_> {
                 };
                 worker::run(self.cfg, setup)
             }
-            Err(e) => Err((1, format!("fork failed: {e}"))),
+            Err(e) => Err((EXIT_STARTUP, format!("fork failed: {e}"))),
         }
     }
 
     fn spawn_worker(&mut self, index: usize) -> Result<Pid, (i32, String)> {
-        let exe: PathBuf = std::env::var_os(ENV_SPAWN_EXE)
-            .map(PathBuf::from)
-            .or_else(|| std::env::current_exe().ok())
-            .ok_or((1, "cannot find this binary to exec".to_string()))?;
-        let c_exe = CString::new(exe.as_os_str().as_bytes())
-            .map_err(|_| (1, "binary path has a NUL".to_string()))?;
-        let argv: Vec<CString> = std::env::args_os()
-            .filter_map(|a| CString::new(a.as_bytes()).ok())
-            .collect();
-        let mut envp: Vec<CString> = std::env::vars_os()
-            .filter(|(k, _)| {
-                ![
-                    ENV_WORKER_INDEX,
-                    ENV_WORKER_SPAWNED,
-                    ENV_PLUGIN_FILE,
-                    ENV_SHARE_FDS,
-                    ENV_METRICS_FDS,
-                    ENV_OTHERS_SERVE,
-                ]
-                .iter()
-                .any(|n| k == *n)
-            })
-            .filter_map(|(k, v)| {
-                let mut kv = k;
-                kv.push("=");
-                kv.push(v);
-                CString::new(kv.as_bytes()).ok()
-            })
-            .collect();
-        envp.push(CString::new(format!("{ENV_WORKER_INDEX}={index}")).unwrap_or_default());
-        envp.push(CString::new(format!("{ENV_WORKER_SPAWNED}=1")).unwrap_or_default());
-        if self.others_serve(index) {
-            envp.push(CString::new(format!("{ENV_OTHERS_SERVE}=1")).unwrap_or_default());
-        }
-        let mut plugin_kv = OsString::from(format!("{ENV_PLUGIN_FILE}="));
-        plugin_kv.push(self.plan.plugin_path.as_os_str());
-        envp.extend(CString::new(plugin_kv.as_bytes()).ok());
-        let argv_ptrs: Vec<*const libc::c_char> = argv
-            .iter()
-            .map(|a| a.as_ptr())
-            .chain(std::iter::once(std::ptr::null()))
-            .collect();
-
-        // High copies, so the child's dup2 onto 3 and 4 cannot clobber a
-        // source that happens to be 3 or 4.
-        let high = |fd: &OwnedFd| {
-            fcntl(fd, FcntlArg::F_DUPFD_CLOEXEC(100))
-                .map(|raw| {
-                    // SAFETY: F_DUPFD_CLOEXEC returned a new descriptor we own.
-                    unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) }
-                })
-                .map_err(|e| (1, format!("dup: {e}")))
-        };
-        // (high copy, the number the worker adopts it at)
-        let mut moves: Vec<(OwnedFd, RawFd)> = vec![
-            (high(self.listener()?)?, SPAWN_LISTEN_FD),
-            (high(&self.ready_write)?, SPAWN_READY_FD),
-        ];
-        if let Some((page, channels)) = &self.share {
-            moves.push((high(page.fd_owned())?, SPAWN_PAGE_FD));
-            moves.push((high(&channels[index].0)?, SPAWN_RECV_FD));
-            for (j, (_, send)) in channels.iter().enumerate() {
-                moves.push((high(send)?, SPAWN_SENDS_FD + j as RawFd));
-            }
-            envp.push(CString::new(format!("{ENV_SHARE_FDS}=1")).unwrap_or_default());
-        }
-        if let Some((page, Some(listener))) = &self.metrics {
-            let (page_at, listener_at) = crate::process::spawn_metrics_fds(self.slots.len());
-            moves.push((high(page.fd_owned())?, page_at));
-            moves.push((high(listener)?, listener_at));
-            envp.push(CString::new(format!("{ENV_METRICS_FDS}=1")).unwrap_or_default());
-        }
-        let raw_moves: Vec<(RawFd, RawFd)> =
-            moves.iter().map(|(h, to)| (h.as_raw_fd(), *to)).collect();
-        let first_free = raw_moves.iter().map(|(_, to)| *to).max().unwrap_or(4) as u32 + 1;
-        let envp_ptrs: Vec<*const libc::c_char> = envp
-            .iter()
-            .map(|e| e.as_ptr())
-            .chain(std::iter::once(std::ptr::null()))
-            .collect();
-        let (err_read, err_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)
-            .map_err(|e| (1, format!("cannot create a pipe: {e}")))?;
-        let err_write_fd = err_write.as_raw_fd();
-        // SAFETY: between fork and exec the child calls only async-signal-safe
-        // functions (sigaction, dup2, syscall, execve, write, _exit) on data
-        // prepared above.
-        let forked = unsafe { fork() };
-        match forked {
-            Ok(ForkResult::Child) => {
-                crate::signals::reset_to_default(&STOP_SIGNALS);
-                // SAFETY: async-signal-safe calls on descriptors we own.
-                unsafe {
-                    for &(from, to) in &raw_moves {
-                        libc::dup2(from, to);
-                    }
-                    // Everything above the adopted descriptors closes at exec,
-                    // the error pipe included (its EOF means exec worked).
-                    libc::syscall(
-                        libc::SYS_close_range,
-                        first_free,
-                        u32::MAX,
-                        libc::CLOSE_RANGE_CLOEXEC,
-                    );
-                    libc::execve(c_exe.as_ptr(), argv_ptrs.as_ptr(), envp_ptrs.as_ptr());
-                    let errno = *libc::__errno_location();
-                    let bytes = errno.to_le_bytes();
-                    libc::write(err_write_fd, bytes.as_ptr().cast(), bytes.len());
-                    libc::_exit(127);
-                }
-            }
-            Ok(ForkResult::Parent { child }) => {
-                drop(err_write);
-                drop(moves);
-                let mut bytes = [0u8; 4];
-                let n = loop {
-                    match nix::unistd::read(&err_read, &mut bytes) {
-                        Err(nix::errno::Errno::EINTR) => continue,
-                        other => break other.unwrap_or(0),
-                    }
-                };
-                if n == 4 {
-                    let _ = waitpid(child, None);
-                    let errno = nix::errno::Errno::from_raw(i32::from_le_bytes(bytes));
-                    return Err((
-                        EXIT_REFUSED,
-                        format!("exec of {} failed: {errno}", exe.display()),
-                    ));
-                }
-                Ok(child)
-            }
-            Err(e) => Err((1, format!("fork failed: {e}"))),
-        }
+        process::spawn(&Handover {
+            index,
+            workers: self.slots.len(),
+            listener: self.listener()?,
+            ready: &self.ready_write,
+            share: self
+                .share
+                .as_ref()
+                .map(|(page, channels)| (page, channels.as_slice())),
+            metrics: self
+                .metrics
+                .as_ref()
+                .and_then(|(page, listener)| Some((page, listener.as_ref()?))),
+            plugin_path: &self.plan.plugin_path,
+            others_serve: self.others_serve(index),
+        })
     }
 
     fn watch(&mut self) -> i32 {
@@ -429,7 +306,7 @@ impl Supervisor<'_> {
                     crate::log::info(format_args!(
                         "stopping: workers finish the requests in flight"
                     ));
-                    self.begin_stop(0);
+                    self.begin_stop(EXIT_OK);
                 }
             }
             Ok(Signal::SIGHUP) if self.stopping.is_none() => {
@@ -451,7 +328,7 @@ impl Supervisor<'_> {
     }
 
     fn begin_stop(&mut self, code: i32) {
-        if self.exit_code == 0 {
+        if self.exit_code == EXIT_OK {
             self.exit_code = code;
         }
         if self.stopping.is_some() {
@@ -510,7 +387,7 @@ impl Supervisor<'_> {
         for pid in &self.retiring {
             let _ = kill(*pid, Signal::SIGKILL);
         }
-        if self.exit_code == 0 {
+        if self.exit_code == EXIT_OK {
             self.exit_code = EXIT_GRACEFUL_TIMEOUT;
         }
         self.stopping = Some(Instant::now() + Duration::from_secs(3600));
@@ -668,7 +545,7 @@ impl Supervisor<'_> {
     ) {
         if let Some((page, _)) = &self.metrics {
             let death = match (code, signal) {
-                (Some(0), _) => Death::Clean,
+                (Some(EXIT_OK), _) => Death::Clean,
                 (Some(_), _) => Death::Exit,
                 _ => Death::Signal,
             };
@@ -718,23 +595,23 @@ impl Supervisor<'_> {
                     "worker {index} pid={pid} cut requests off at --graceful-timeout {}s",
                     self.cfg.cli.graceful_timeout.as_secs_f64()
                 ));
-            } else if code != Some(0) {
+            } else if code != Some(EXIT_OK) {
                 crate::log::warn(format_args!(
                     "worker {index} pid={pid} {how} while stopping"
                 ));
             }
-            if self.exit_code == 0 {
+            if self.exit_code == EXIT_OK {
                 self.exit_code = match code {
-                    Some(0) => 0,
+                    Some(EXIT_OK) => EXIT_OK,
                     Some(EXIT_GRACEFUL_TIMEOUT) => EXIT_GRACEFUL_TIMEOUT,
-                    _ => 1,
+                    _ => EXIT_STARTUP,
                 };
             }
             return;
         }
         if code == Some(EXIT_REFUSED) {
             crate::log::error(format_args!(
-                "worker {index} pid={pid} refused the configuration (exit 78); stopping"
+                "worker {index} pid={pid} refused the configuration (exit {EXIT_REFUSED}); stopping"
             ));
             self.begin_stop(EXIT_REFUSED);
             return;
@@ -743,7 +620,7 @@ impl Supervisor<'_> {
             "worker {index} pid={pid} {how} after {:.2}s; replacing it",
             lived.as_secs_f64()
         ));
-        if code != Some(0) {
+        if code != Some(EXIT_OK) {
             self.respawns += 1;
             self.rapid_deaths = if lived < RAPID {
                 self.rapid_deaths + 1
@@ -755,7 +632,7 @@ impl Supervisor<'_> {
                     "{RAPID_LIMIT} workers in a row died within {}s of starting (the last {how}); giving up",
                     RAPID.as_secs()
                 ));
-                self.begin_stop(1);
+                self.begin_stop(EXIT_STARTUP);
                 return;
             }
             let budget = self.plan.workers * 10;
@@ -764,7 +641,7 @@ impl Supervisor<'_> {
                     "{} worker deaths exceed the respawn budget of {budget} (workers x 10); the last {how}; giving up",
                     self.respawns
                 ));
-                self.begin_stop(1);
+                self.begin_stop(EXIT_STARTUP);
                 return;
             }
         }
@@ -839,72 +716,4 @@ impl Supervisor<'_> {
             .collect::<Option<Vec<_>>>()?;
         Some(worker::ShareFds { page, recv, sends })
     }
-}
-
-/// In a spawned worker: take the descriptors by number, mark them
-/// close-on-exec again so the application's subprocesses inherit nothing.
-pub fn adopt_spawned_fds(workers: usize) -> Result<SpawnedFds, String> {
-    let with_share = std::env::var_os(ENV_SHARE_FDS).is_some();
-    let with_metrics = std::env::var_os(ENV_METRICS_FDS).is_some();
-    let (metrics_page_fd, metrics_listener_fd) = crate::process::spawn_metrics_fds(workers);
-    let mut fds = vec![SPAWN_LISTEN_FD, SPAWN_READY_FD];
-    if with_share {
-        fds.extend([SPAWN_PAGE_FD, SPAWN_RECV_FD]);
-        fds.extend((0..workers as RawFd).map(|j| SPAWN_SENDS_FD + j));
-    }
-    if with_metrics {
-        fds.extend([metrics_page_fd, metrics_listener_fd]);
-    }
-    for fd in fds {
-        // SAFETY: the supervisor put these descriptors at these numbers
-        // before exec; the fcntl below fails cleanly if one is missing.
-        let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-        fcntl(borrowed, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))
-            .map_err(|e| format!("spawned worker: descriptor {fd} was not handed over ({e})"))?;
-    }
-    let metrics = if with_metrics {
-        // SAFETY: the supervisor put the page's memfd at this number before
-        // exec (checked above); owned once from here.
-        let page = unsafe { MetricsPage::adopt(metrics_page_fd, workers) }
-            .map_err(|e| format!("spawned worker: {e}"))?;
-        Some(worker::MetricsFds {
-            page,
-            listener_fd: metrics_listener_fd,
-        })
-    } else {
-        None
-    };
-    if !with_share {
-        return Ok(SpawnedFds {
-            listener: SPAWN_LISTEN_FD,
-            ready: SPAWN_READY_FD,
-            share: None,
-            metrics,
-        });
-    }
-    // SAFETY: adopting descriptors the supervisor placed at these numbers
-    // (checked above); each is owned once from here.
-    let (page, recv, sends) = unsafe {
-        let page = SharedPage::adopt(SPAWN_PAGE_FD, workers)
-            .map_err(|e| format!("spawned worker: {e}"))?;
-        let recv = <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(SPAWN_RECV_FD);
-        let sends = (0..workers as RawFd)
-            .map(|j| <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(SPAWN_SENDS_FD + j))
-            .collect();
-        (page, recv, sends)
-    };
-    Ok(SpawnedFds {
-        listener: SPAWN_LISTEN_FD,
-        ready: SPAWN_READY_FD,
-        share: Some(worker::ShareFds { page, recv, sends }),
-        metrics,
-    })
-}
-
-/// What a spawned worker adopts by number.
-pub struct SpawnedFds {
-    pub listener: RawFd,
-    pub ready: RawFd,
-    pub share: Option<worker::ShareFds>,
-    pub metrics: Option<worker::MetricsFds>,
 }

@@ -10,10 +10,7 @@ use std::path::{Path, PathBuf};
 use m0serve_abi as abi;
 
 use super::descriptor::Descriptor;
-
-/// Exit codes, as documented in the README.
-pub const EXIT_STARTUP: i32 = 1;
-pub const EXIT_REFUSED: i32 = 78;
+use crate::process::{EXIT_REFUSED, EXIT_STARTUP, EXIT_USAGE};
 
 #[derive(Debug, Clone)]
 pub struct PluginError {
@@ -95,7 +92,7 @@ pub fn search_dirs() -> Vec<PathBuf> {
 pub fn resolve(spec: &str) -> Result<PathBuf, PluginError> {
     if spec.is_empty() {
         return Err(PluginError {
-            exit_code: 2,
+            exit_code: EXIT_USAGE,
             message: "--plugin is empty".into(),
             fix: Some("name a plugin with --plugin".into()),
         });

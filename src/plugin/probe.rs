@@ -19,7 +19,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::descriptor::Descriptor;
-use super::loader::{Calls, EXIT_STARTUP, Plugin, PluginError};
+use super::loader::{Calls, Plugin, PluginError};
+use crate::process::{EXIT_OK, EXIT_STARTUP};
 
 pub const PROBE_ENV: &str = "M0_PROBE_PLUGIN";
 pub const PROBE_INIT_ENV: &str = "M0_PROBE_INIT";
@@ -102,7 +103,7 @@ pub fn run_child(path: &Path, init: impl FnOnce(&Plugin) -> Result<Calls, Plugin
             println!("fact.{key}={}", escape(&value));
         }
     }
-    crate::process::exit_now(0)
+    crate::process::exit_now(EXIT_OK)
 }
 
 /// Probe `path` in a child, waiting at most `timeout`.

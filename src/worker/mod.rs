@@ -41,6 +41,7 @@ use nix::sys::signal::Signal;
 use crate::config::Config;
 use crate::plugin::init_args::InitArgsOwned;
 use crate::plugin::{Plugin, host};
+use crate::process::{EXIT_OK, EXIT_REFUSED, EXIT_STARTUP};
 use crate::signals::SignalPipe;
 use event_loop::loop_calls;
 use event_loop::{EventLoop, Exit};
@@ -103,7 +104,7 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
         Signal::SIGQUIT,
         Signal::SIGHUP,
     ])
-    .map_err(|e| (1, format!("cannot install signal handlers: {e}")))?;
+    .map_err(|e| (EXIT_STARTUP, format!("cannot install signal handlers: {e}")))?;
 
     // Pinned before the plugin opens: runtimes size their thread pools
     // from the affinity mask when they load.
@@ -114,10 +115,10 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
     let std_listener = unsafe { std::net::TcpListener::from_raw_fd(setup.listener_fd) };
     std_listener
         .set_nonblocking(true)
-        .map_err(|e| (1, format!("listener: {e}")))?;
+        .map_err(|e| (EXIT_STARTUP, format!("listener: {e}")))?;
     let local = std_listener
         .local_addr()
-        .map_err(|e| (1, format!("listener: {e}")))?;
+        .map_err(|e| (EXIT_STARTUP, format!("listener: {e}")))?;
 
     let usable = crate::topology::usable_cpus();
     let mut batch_plan = batching::decide(&plugin.descriptor, cfg.cli.no_batch, cfg.cli.batch_wait);
@@ -159,9 +160,10 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
     let listener = mio::net::TcpListener::from_std(std_listener);
     batch_plan.require_entry_point(calls.handle_batch.is_some());
 
-    let poll = mio::Poll::new().map_err(|e| (1, format!("cannot create the event loop: {e}")))?;
+    let poll = mio::Poll::new()
+        .map_err(|e| (EXIT_STARTUP, format!("cannot create the event loop: {e}")))?;
     let waker = mio::Waker::new(poll.registry(), event_loop::WAKER)
-        .map_err(|e| (1, format!("cannot create the loop waker: {e}")))?;
+        .map_err(|e| (EXIT_STARTUP, format!("cannot create the loop waker: {e}")))?;
     let pool = Pool::start(
         PoolSettings {
             threads: plan.initial,
@@ -195,7 +197,7 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
         )
     });
     let mut event_loop = EventLoop::new(poll, listener, pool, controller, share, cfg, signals)
-        .map_err(|e| (1, format!("cannot start the event loop: {e}")))?;
+        .map_err(|e| (EXIT_STARTUP, format!("cannot start the event loop: {e}")))?;
     if let Some(m) = setup.metrics.take() {
         let metrics = metrics::WorkerMetrics::new(
             m.page,
@@ -205,11 +207,16 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
         );
         event_loop
             .enable_metrics(metrics, m.listener_fd)
-            .map_err(|e| (1, format!("cannot serve --metrics: {e}")))?;
+            .map_err(|e| (EXIT_STARTUP, format!("cannot serve --metrics: {e}")))?;
     }
     if let Some(path) = &cfg.cli.access_log {
         let log = access_log::AccessLog::open(path, cfg.cli.access_log_format, setup.index)
-            .map_err(|e| (78, format!("cannot open --access-log {path}: {e}")))?;
+            .map_err(|e| {
+                (
+                    EXIT_REFUSED,
+                    format!("cannot open --access-log {path}: {e}"),
+                )
+            })?;
         event_loop.set_access_log(log);
     }
     for h in held {
@@ -262,7 +269,7 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
         let mut event_loop = event_loop;
         (event_loop.run(), event_loop)
     };
-    let exit = exit.map_err(|e| (1, format!("event loop failed: {e}")))?;
+    let exit = exit.map_err(|e| (EXIT_STARTUP, format!("event loop failed: {e}")))?;
     let accepted = event_loop.accepted;
     if let Some((acc, passed, received)) = event_loop.share_counts() {
         crate::log::debug(format_args!(
@@ -341,11 +348,11 @@ fn finish(
         crate::log::info(format_args!("{}", pool.stats().batches.summary()));
     }
     let code = match exit {
-        Exit::Drained => 0,
+        Exit::Drained => EXIT_OK,
         Exit::Immediate if pool::fatal_stop_requested() => {
-            return Err((1, "a handler thread could not start".into()));
+            return Err((EXIT_STARTUP, "a handler thread could not start".into()));
         }
-        Exit::Immediate => return Ok(0),
+        Exit::Immediate => return Ok(EXIT_OK),
         Exit::DeadlinePassed(n) => {
             // Its threads are inside the plugin and stay there: waiting for
             // them would stretch the timeout the user set.

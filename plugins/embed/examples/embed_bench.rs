@@ -11,6 +11,11 @@
 use m0_embed::model::{Encoded, LoadOptions, Model};
 use std::time::{Duration, Instant};
 
+/// Exit codes as m0serve's (`m0serve --help`): no model folder given, and
+/// a folder that does not load.
+const EXIT_USAGE: i32 = 2;
+const EXIT_REFUSED: i32 = 78;
+
 const SENTENCES: [&str; 32] = [
     "The quick brown fox jumps over the lazy dog.",
     "How do I reset my password on this site?",
@@ -65,7 +70,7 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let Some(dir) = args.next() else {
         eprintln!("usage: embed_bench MODEL_DIR [SECONDS per case]");
-        std::process::exit(2);
+        std::process::exit(EXIT_USAGE);
     };
     let secs: f64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(3.0);
     let only_threads: Option<usize> = args.next().and_then(|s| s.parse().ok());
@@ -96,7 +101,7 @@ fn main() {
         )
         .unwrap_or_else(|e| {
             eprintln!("{e}");
-            std::process::exit(78)
+            std::process::exit(EXIT_REFUSED)
         });
         for n in [1usize, 4, 8, 32] {
             if only_batch.is_some_and(|b| b != n) {

@@ -121,8 +121,8 @@ impl fmt::Display for BackendError {
 
 impl std::error::Error for BackendError {}
 
-/// The native encoder: pure Rust, no process-wide lock, `M0_EMBED_THREADS`
-/// compute threads per call.
+/// The native encoder: pure Rust, no process-wide lock,
+/// [`crate::settings::ENV_THREADS`] compute threads per call.
 impl Backend for Model {
     // Reentrant with no process-wide lock: concurrent calls each run their
     // own forward pass. A call computes for milliseconds, so it is never

@@ -29,7 +29,8 @@ pub struct Embed<B: Backend = Model> {
     /// The model's prompts by name (config_sentence_transformers.json).
     prompts: BTreeMap<String, String>,
     /// The prompt for inputs that name none
-    /// (`M0_EMBED_DEFAULT_PROMPT_NAME`'s or `M0_EMBED_DEFAULT_PROMPT`).
+    /// ([`settings::ENV_DEFAULT_PROMPT_NAME`]'s or
+    /// [`settings::ENV_DEFAULT_PROMPT`]'s).
     default_prompt: Option<String>,
     limits: Limits,
     /// Most tokens one [`Backend::embed`] call is given: what bounds the
@@ -39,7 +40,8 @@ pub struct Embed<B: Backend = Model> {
     info: Vec<u8>,
     /// `GET /openapi.json`'s body, made once, with this server's limits.
     openapi: Vec<u8>,
-    /// Most inputs in flight in this worker (`M0_EMBED_MAX_CONCURRENT_INPUTS`).
+    /// Most inputs in flight in this worker
+    /// ([`settings::ENV_MAX_CONCURRENT_INPUTS`]).
     max_concurrent_inputs: usize,
 }
 
@@ -92,7 +94,7 @@ impl<B: Backend> Plugin for Embed<B> {
                 InitError::refused(format!(
                     "{plugin}: {}={name:?} is not a prompt of the model in {} ({}); set it to \
                      one of its prompts, or unset it",
-                    api::ENV_DEFAULT_PROMPT_NAME,
+                    settings::ENV_DEFAULT_PROMPT_NAME,
                     dir.display(),
                     if known.is_empty() {
                         "its config_sentence_transformers.json has none".to_string()

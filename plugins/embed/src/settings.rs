@@ -1,15 +1,14 @@
 //! The plugin's settings: ARG (the model folder) and the `M0_EMBED_*`
 //! variables, each refused with its name when it does not parse.
+//!
+//! Every variable's name and default is spelled here and only here: the
+//! API's error messages, the model's cache and the pyembed plugin name a
+//! variable through its constant, so a renamed variable is renamed
+//! everywhere. This module uses no other module of the crate.
 
 use std::path::{Path, PathBuf};
 
 use std::collections::BTreeMap;
-
-use crate::api::{
-    ENV_ACCEPT_TOKEN_IDS, ENV_AUTO_TRUNCATE, ENV_DEFAULT_PROMPT, ENV_DEFAULT_PROMPT_NAME,
-    ENV_MAX_CLIENT_BATCH_SIZE, ENV_MAX_CONCURRENT_INPUTS, ENV_MAX_OPENAI_INPUTS, ENV_PAYLOAD_LIMIT,
-    ENV_SERVED_MODEL_NAME, Limits,
-};
 
 /// Compute threads one embed call uses (default 1: a handler thread per
 /// CPU serves concurrent requests, each on its own core).
@@ -17,7 +16,53 @@ pub const ENV_THREADS: &str = "M0_EMBED_THREADS";
 
 /// The folder of the native encoder's packed weights cache (default: beside
 /// model.safetensors, else the user's cache folder).
-pub const ENV_CACHE_DIR: &str = crate::model::CACHE_DIR_VAR;
+pub const ENV_CACHE_DIR: &str = "M0_EMBED_CACHE_DIR";
+
+/// Most inputs in one request on TEI's routes (TEI's
+/// `--max-client-batch-size`).
+pub const ENV_MAX_CLIENT_BATCH_SIZE: &str = "M0_EMBED_MAX_CLIENT_BATCH_SIZE";
+/// TEI's default.
+pub const DEFAULT_MAX_CLIENT_BATCH_SIZE: usize = 32;
+
+/// Most inputs in one `/v1/embeddings` request (OpenAI's 2048 by default);
+/// TEI's routes keep [`ENV_MAX_CLIENT_BATCH_SIZE`].
+pub const ENV_MAX_OPENAI_INPUTS: &str = "M0_EMBED_MAX_OPENAI_INPUTS";
+/// OpenAI's limit: OpenAI's clients send up to 1000 at once (LangChain's
+/// `chunk_size`) and would fail on TEI's 32.
+pub const DEFAULT_MAX_OPENAI_INPUTS: usize = 2048;
+
+/// Largest body accepted, in bytes (TEI's `--payload-limit`); unset, see
+/// [`default_payload_limit`].
+pub const ENV_PAYLOAD_LIMIT: &str = "M0_EMBED_PAYLOAD_LIMIT";
+/// TEI's default payload limit, in bytes.
+pub const TEI_PAYLOAD_LIMIT: usize = 2_000_000;
+
+/// Whether inputs over the model's limit are cut rather than refused when
+/// a request does not say (TEI's `--auto-truncate`).
+pub const ENV_AUTO_TRUNCATE: &str = "M0_EMBED_AUTO_TRUNCATE";
+/// Off, as TEI's.
+pub const DEFAULT_AUTO_TRUNCATE: bool = false;
+
+/// Whether token-id inputs are embedded (as ids of this model's own
+/// vocabulary) rather than refused.
+pub const ENV_ACCEPT_TOKEN_IDS: &str = "M0_EMBED_ACCEPT_TOKEN_IDS";
+/// Off: ids from another tokenizer would embed as nonsense.
+pub const DEFAULT_ACCEPT_TOKEN_IDS: bool = false;
+
+/// The prompt (one of the model's `config_sentence_transformers.json`
+/// prompts, by name) prepended to every input that names none; TEI's
+/// `--default-prompt-name`.
+pub const ENV_DEFAULT_PROMPT_NAME: &str = "M0_EMBED_DEFAULT_PROMPT_NAME";
+/// A prompt text prepended to every input that names no prompt; TEI's
+/// `--default-prompt`. Refused together with [`ENV_DEFAULT_PROMPT_NAME`].
+pub const ENV_DEFAULT_PROMPT: &str = "M0_EMBED_DEFAULT_PROMPT";
+/// The model name `/v1/embeddings` answers with and `/info` reports (TEI's
+/// `--served-model-name`); by default the model folder's name.
+pub const ENV_SERVED_MODEL_NAME: &str = "M0_EMBED_SERVED_MODEL_NAME";
+
+/// Most inputs a worker holds in flight before it refuses a request with
+/// 429; unset, see [`Settings::max_concurrent_inputs`].
+pub const ENV_MAX_CONCURRENT_INPUTS: &str = "M0_EMBED_MAX_CONCURRENT_INPUTS";
 
 /// Requests one forward pass may serve (default 32), when the host batches.
 pub const ENV_MAX_BATCH_REQUESTS: &str = "M0_EMBED_MAX_BATCH_REQUESTS";
@@ -52,17 +97,17 @@ pub struct Settings {
     pub auto_truncate: bool,
     pub max_batch_requests: u32,
     pub max_batch_bytes: u32,
-    /// `M0_EMBED_SERVED_MODEL_NAME`: the name `/v1/embeddings` answers
+    /// [`ENV_SERVED_MODEL_NAME`]: the name `/v1/embeddings` answers
     /// with; `None` for the model's own name (its folder's).
     pub served_model_name: Option<String>,
-    /// `M0_EMBED_DEFAULT_PROMPT_NAME`: one of the model's prompts, for
+    /// [`ENV_DEFAULT_PROMPT_NAME`]: one of the model's prompts, for
     /// inputs that name none (checked against them at init).
     pub default_prompt_name: Option<String>,
-    /// `M0_EMBED_DEFAULT_PROMPT`: a prompt text for inputs that name none.
+    /// [`ENV_DEFAULT_PROMPT`]: a prompt text for inputs that name none.
     pub default_prompt: Option<String>,
     /// [`ENV_CACHE_DIR`], when set.
     pub cache_dir: Option<PathBuf>,
-    /// `M0_EMBED_MAX_CONCURRENT_INPUTS`, when set: see
+    /// [`ENV_MAX_CONCURRENT_INPUTS`], when set: see
     /// [`Settings::max_concurrent_inputs`] for the default.
     pub max_concurrent_inputs: Option<usize>,
 }
@@ -98,13 +143,11 @@ pub fn variable<T>(
     }
 }
 
-/// The body limit when `M0_EMBED_PAYLOAD_LIMIT` is unset: TEI's 2,000,000
+/// The body limit when [`ENV_PAYLOAD_LIMIT`] is unset: TEI's 2,000,000
 /// bytes, or room for `max_openai_inputs` whole-window inputs when that is
 /// more (TEI's routes are bounded by their 32 inputs anyway).
 pub fn default_payload_limit(max_openai_inputs: usize) -> usize {
-    Limits::default()
-        .payload_limit
-        .max(max_openai_inputs.saturating_mul(PAYLOAD_BYTES_PER_OPENAI_INPUT))
+    TEI_PAYLOAD_LIMIT.max(max_openai_inputs.saturating_mul(PAYLOAD_BYTES_PER_OPENAI_INPUT))
 }
 
 fn count(v: &str) -> Option<usize> {
@@ -127,7 +170,6 @@ fn boolean(v: &str) -> Option<bool> {
 impl Settings {
     /// Reads the variables; an error names the one that is wrong.
     pub fn from_env() -> Result<Settings, String> {
-        let defaults = Limits::default();
         let text = |v: &str| Some(v.to_string());
         let default_prompt_name = var(
             ENV_DEFAULT_PROMPT_NAME,
@@ -144,7 +186,7 @@ impl Settings {
         }
         let max_openai_inputs = var(
             ENV_MAX_OPENAI_INPUTS,
-            defaults.max_openai_inputs,
+            DEFAULT_MAX_OPENAI_INPUTS,
             count,
             "a positive number of inputs",
         )?;
@@ -152,14 +194,14 @@ impl Settings {
             threads: var(ENV_THREADS, 1, count, "a positive number of threads")?,
             max_client_batch_size: var(
                 ENV_MAX_CLIENT_BATCH_SIZE,
-                defaults.max_client_batch_size,
+                DEFAULT_MAX_CLIENT_BATCH_SIZE,
                 count,
                 "a positive number of inputs",
             )?,
             max_openai_inputs,
             accept_token_ids: var(
                 ENV_ACCEPT_TOKEN_IDS,
-                defaults.accept_token_ids,
+                DEFAULT_ACCEPT_TOKEN_IDS,
                 boolean,
                 "1 or 0 (true or false)",
             )?,
@@ -171,7 +213,7 @@ impl Settings {
             )?,
             auto_truncate: var(
                 ENV_AUTO_TRUNCATE,
-                defaults.auto_truncate,
+                DEFAULT_AUTO_TRUNCATE,
                 boolean,
                 "1 or 0 (true or false)",
             )?,

@@ -8,7 +8,8 @@ use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use m0_embed::model::{CACHE_DIR_VAR, CACHE_FILE_NAME, LoadOptions, Model};
+use m0_embed::model::{CACHE_FILE_NAME, LoadOptions, Model};
+use m0_embed::settings::ENV_CACHE_DIR;
 
 use crate::common::{TempDir, tiny_bert, venv};
 
@@ -172,8 +173,8 @@ fn a_cache_dir_takes_the_cache_and_an_unusable_one_is_refused_naming_the_variabl
     )
     .unwrap_err();
     assert_eq!(e.file, not_a_dir);
-    assert!(e.message.contains(CACHE_DIR_VAR), "{e}");
-    assert!(e.fix.contains(CACHE_DIR_VAR), "{e}");
+    assert!(e.message.contains(ENV_CACHE_DIR), "{e}");
+    assert!(e.fix.contains(ENV_CACHE_DIR), "{e}");
 }
 
 #[test]

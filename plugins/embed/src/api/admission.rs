@@ -14,9 +14,7 @@
 
 use super::error::{ApiError, Flavor};
 use super::request::{Limits, parse_openai, parse_tei};
-
-/// The variable that sets the limit.
-pub const ENV_MAX_CONCURRENT_INPUTS: &str = "M0_EMBED_MAX_CONCURRENT_INPUTS";
+use crate::settings::ENV_MAX_CONCURRENT_INPUTS;
 
 /// Seconds a refused client is told to wait (`Retry-After`): about the
 /// time a worker takes to compute the batches in flight at the default

@@ -27,6 +27,10 @@
 //! are 500 `server_error`.
 
 use super::json::write_str;
+use crate::settings::{
+    ENV_ACCEPT_TOKEN_IDS, ENV_AUTO_TRUNCATE, ENV_MAX_CLIENT_BATCH_SIZE, ENV_MAX_OPENAI_INPUTS,
+    ENV_PAYLOAD_LIMIT,
+};
 
 /// Which API a request came in on, and so which error shape it gets back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,32 +40,6 @@ pub enum Flavor {
     /// OpenAI: `/v1/embeddings`.
     OpenAi,
 }
-
-/// Names of the server settings that error messages point to. The plugin's
-/// wiring reads these environment variables (or the equivalent plugin
-/// options) to fill [`super::Limits`].
-pub const ENV_MAX_CLIENT_BATCH_SIZE: &str = "M0_EMBED_MAX_CLIENT_BATCH_SIZE";
-/// See [`ENV_MAX_CLIENT_BATCH_SIZE`].
-pub const ENV_PAYLOAD_LIMIT: &str = "M0_EMBED_PAYLOAD_LIMIT";
-/// See [`ENV_MAX_CLIENT_BATCH_SIZE`].
-pub const ENV_AUTO_TRUNCATE: &str = "M0_EMBED_AUTO_TRUNCATE";
-/// Most inputs in one `/v1/embeddings` request (OpenAI's 2048 by default);
-/// TEI's routes keep [`ENV_MAX_CLIENT_BATCH_SIZE`].
-pub const ENV_MAX_OPENAI_INPUTS: &str = "M0_EMBED_MAX_OPENAI_INPUTS";
-/// Whether token-id inputs are embedded (as ids of this model's own
-/// vocabulary) rather than refused.
-pub const ENV_ACCEPT_TOKEN_IDS: &str = "M0_EMBED_ACCEPT_TOKEN_IDS";
-
-/// The prompt (one of the model's `config_sentence_transformers.json`
-/// prompts, by name) prepended to every input that names none; TEI's
-/// `--default-prompt-name`.
-pub const ENV_DEFAULT_PROMPT_NAME: &str = "M0_EMBED_DEFAULT_PROMPT_NAME";
-/// A prompt text prepended to every input that names no prompt; TEI's
-/// `--default-prompt`. Refused together with [`ENV_DEFAULT_PROMPT_NAME`].
-pub const ENV_DEFAULT_PROMPT: &str = "M0_EMBED_DEFAULT_PROMPT";
-/// The model name `/v1/embeddings` answers with and `/info` reports (TEI's
-/// `--served-model-name`); by default the model folder's name.
-pub const ENV_SERVED_MODEL_NAME: &str = "M0_EMBED_SERVED_MODEL_NAME";
 
 /// An error reply: status, shape and text, ready to render with
 /// [`ApiError::body`].

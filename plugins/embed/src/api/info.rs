@@ -60,7 +60,8 @@ pub struct InfoFields<'a> {
     /// The name the OpenAI route answers with when a request names no
     /// model, if different from `model_id`.
     pub served_model_name: Option<&'a str>,
-    /// Largest request body accepted, in bytes (`M0_EMBED_PAYLOAD_LIMIT`).
+    /// Largest request body accepted, in bytes
+    /// ([`crate::settings::ENV_PAYLOAD_LIMIT`]).
     pub payload_limit: usize,
     /// The model's prompts, by name (`prompt_name` takes these).
     pub prompt_names: &'a [&'a str],

@@ -28,12 +28,8 @@ mod route;
 mod timing;
 mod tokens;
 
-pub use admission::{ENV_MAX_CONCURRENT_INPUTS, RETRY_AFTER, admit, count_inputs};
-pub use error::{
-    ApiError, ENV_ACCEPT_TOKEN_IDS, ENV_AUTO_TRUNCATE, ENV_DEFAULT_PROMPT, ENV_DEFAULT_PROMPT_NAME,
-    ENV_MAX_CLIENT_BATCH_SIZE, ENV_MAX_OPENAI_INPUTS, ENV_PAYLOAD_LIMIT, ENV_SERVED_MODEL_NAME,
-    Flavor,
-};
+pub use admission::{RETRY_AFTER, admit, count_inputs};
+pub use error::{ApiError, Flavor};
 pub use info::{InfoFields, write_info};
 pub use openapi::openapi_document;
 pub use render::{shrink_rows, write_openai, write_tei};

@@ -24,6 +24,7 @@
 //! - An empty string is "empty input" (400), like an empty list.
 
 use super::error::{ApiError, Flavor};
+use crate::settings;
 use serde_json::{Map, Value};
 
 /// The server's limits, as configured, that parsing checks against.
@@ -45,7 +46,7 @@ pub struct Limits {
     /// Largest body accepted, in bytes (TEI's `--payload-limit`; 2 000 000
     /// here, TEI's default, but the plugin's default makes room for
     /// [`Limits::max_openai_inputs`] whole-window inputs:
-    /// `settings::default_payload_limit`).
+    /// [`settings::default_payload_limit`]).
     pub payload_limit: usize,
     /// Whether inputs over the model's limit are cut rather than refused
     /// when a request does not say (TEI's `--auto-truncate`, default off).
@@ -61,12 +62,12 @@ impl Default for Limits {
     /// TEI's defaults, with all-MiniLM-L6-v2's width.
     fn default() -> Self {
         Limits {
-            max_client_batch_size: 32,
-            max_openai_inputs: 2048,
-            accept_token_ids: false,
+            max_client_batch_size: settings::DEFAULT_MAX_CLIENT_BATCH_SIZE,
+            max_openai_inputs: settings::DEFAULT_MAX_OPENAI_INPUTS,
+            accept_token_ids: settings::DEFAULT_ACCEPT_TOKEN_IDS,
             vocab: 30522,
-            payload_limit: 2_000_000,
-            auto_truncate: false,
+            payload_limit: settings::TEI_PAYLOAD_LIMIT,
+            auto_truncate: settings::DEFAULT_AUTO_TRUNCATE,
             dim: 384,
             prompt_names: Vec::new(),
         }
@@ -765,13 +766,13 @@ mod tests {
         assert_eq!(e.code, Some("too_many_inputs"));
         assert!(e.message.contains("2049") && e.message.contains("2048"));
         assert!(
-            e.message.contains("M0_EMBED_MAX_OPENAI_INPUTS"),
+            e.message.contains(settings::ENV_MAX_OPENAI_INPUTS),
             "{}",
             e.message
         );
         let e = tei(&format!(r#"{{"inputs": {}}}"#, list(1000))).unwrap_err();
         assert_eq!(e.status, 413);
-        assert!(e.message.contains("M0_EMBED_MAX_CLIENT_BATCH_SIZE"));
+        assert!(e.message.contains(settings::ENV_MAX_CLIENT_BATCH_SIZE));
         // The setting moves the OpenAI limit alone, either way.
         let l = Limits {
             max_openai_inputs: 10,

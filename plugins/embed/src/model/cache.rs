@@ -42,6 +42,7 @@ use super::error::ModelError;
 use super::matmul::{PANEL, pack_panels};
 use super::mmap::{Mapping, Tensor};
 use super::weights::SafeTensors;
+use crate::settings::ENV_CACHE_DIR;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::fd::AsRawFd;
@@ -52,9 +53,6 @@ use std::sync::Arc;
 // The cache holds little-endian f32s that the kernels read in place.
 #[cfg(target_endian = "big")]
 compile_error!("the packed weights cache is little-endian f32, read in place");
-
-/// The variable that names the cache's folder.
-pub const CACHE_DIR_VAR: &str = "M0_EMBED_CACHE_DIR";
 
 /// The cache's name beside model.safetensors.
 pub const FILE_NAME: &str = "model.m0embed";
@@ -519,7 +517,7 @@ fn name_in_cache_dir(model: &Path) -> String {
 /// there is one, else written once (by whichever worker gets the lock
 /// first) and then mapped.
 ///
-/// `cache_dir` ([`CACHE_DIR_VAR`]) is where the cache goes; None tries
+/// `cache_dir` ([`ENV_CACHE_DIR`]) is where the cache goes; None tries
 /// beside model.safetensors, then the per-user cache folder (for model
 /// folders this user cannot write).
 pub(crate) fn open(
@@ -583,9 +581,9 @@ pub(crate) fn open(
     Err(match cache_dir {
         Some(d) => ModelError::new(
             d,
-            format!("{CACHE_DIR_VAR}: cannot write the packed weights cache there: {failures}"),
+            format!("{ENV_CACHE_DIR}: cannot write the packed weights cache there: {failures}"),
             format!(
-                "set {CACHE_DIR_VAR} to a folder the server's user can create and write, \
+                "set {ENV_CACHE_DIR} to a folder the server's user can create and write, \
                  or unset it to use the model folder"
             ),
         ),
@@ -594,7 +592,7 @@ pub(crate) fn open(
             format!(
                 "cannot write the packed weights cache beside the model or in the user's cache folder: {failures}"
             ),
-            format!("set {CACHE_DIR_VAR} to a folder the server's user can write"),
+            format!("set {ENV_CACHE_DIR} to a folder the server's user can write"),
         ),
     })
 }

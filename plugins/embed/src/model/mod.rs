@@ -15,7 +15,7 @@
 //!
 //! [`Model::load`] does not read the weights into memory: it maps a packed
 //! cache of them, `model.m0embed` beside model.safetensors (or in
-//! [`CACHE_DIR_VAR`]), read-only and `MAP_SHARED`, and the kernels compute
+//! [`crate::settings::ENV_CACHE_DIR`]), read-only and `MAP_SHARED`, and the kernels compute
 //! on that mapping. Every process that maps the file shares the same
 //! page-cache pages, so N workers hold one copy, not N. The cache is
 //! written once, when missing, stale (model.safetensors changed, another
@@ -88,7 +88,7 @@ mod strided;
 mod tokenize;
 mod weights;
 
-pub use cache::{CACHE_DIR_VAR, FILE_NAME as CACHE_FILE_NAME, VERSION as CACHE_VERSION, checksum};
+pub use cache::{FILE_NAME as CACHE_FILE_NAME, VERSION as CACHE_VERSION, checksum};
 pub use config::Pooling;
 pub use error::ModelError;
 pub use tokenize::{Encoded, Side, TokenSpan, TokenizeError, Tokenizer, TooLong};
@@ -107,7 +107,8 @@ pub struct LoadOptions {
     /// The name [`ModelInfo::name`] reports; `None` (the default) takes the
     /// folder's name.
     pub name: Option<String>,
-    /// The folder of the packed weights cache ([`CACHE_DIR_VAR`]); `None`
+    /// The folder of the packed weights cache
+    /// ([`crate::settings::ENV_CACHE_DIR`]); `None`
     /// (the default) puts it beside model.safetensors, or in the user's
     /// cache folder ($XDG_CACHE_HOME or ~/.cache, then m0serve/embed) when
     /// the model's folder cannot be written.
