@@ -11,19 +11,14 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub use turns::serial;
+
 pub mod embed;
 pub mod test_dir;
 pub mod tools;
+pub mod turns;
 pub mod venv;
 pub mod wsgi;
-
-/// Tests of one binary that measure, or share a CPU, take turns: hold the
-/// guard for the whole test. A test that failed holding it does not stop
-/// the others.
-pub fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static SERIAL: Mutex<()> = Mutex::new(());
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 pub fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_m0serve"))
@@ -199,6 +194,8 @@ pub struct Server {
     child: Child,
     pub addr: SocketAddr,
     log: Arc<Mutex<String>>,
+    /// Counts the server for the test that started it (`turns`).
+    _ticket: turns::Ticket,
 }
 
 /// A command for the binary with `--host 127.0.0.1 --port 0` added.
@@ -335,6 +332,7 @@ impl Server {
         addr_in: impl Fn(&str) -> Option<SocketAddr>,
     ) -> Result<Server, (String, Option<ExitStatus>)> {
         use std::os::unix::process::CommandExt;
+        let ticket = turns::ticket();
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -359,7 +357,12 @@ impl Server {
         loop {
             let ready = addr_in(&log.lock().unwrap());
             if let Some(addr) = ready {
-                return Ok(Server { child, addr, log });
+                return Ok(Server {
+                    child,
+                    addr,
+                    log,
+                    _ticket: ticket,
+                });
             }
             if let Ok(Some(status)) = child.try_wait() {
                 std::thread::sleep(Duration::from_millis(100));
