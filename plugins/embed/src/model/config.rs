@@ -1,8 +1,15 @@
 //! The folder's sentence-transformers files: `modules.json` (the
-//! pipeline), the pooling module's `config.json` and
-//! `sentence_bert_config.json` (max_seq_length); and the helpers that read
-//! JSON fields with a refusal naming the file. config.json (the encoder)
-//! is the architecture's to read: registry.rs and arch/.
+//! pipeline), the pooling module's `config.json`, `sentence_bert_config.json`
+//! (max_seq_length) and, where that has none, `tokenizer_config.json`
+//! (model_max_length); and the helpers that read JSON fields with a
+//! refusal naming the file. config.json (the encoder) is the
+//! architecture's to read: registry.rs and arch/.
+//!
+//! Both layouts met in the wild are read: sentence-transformers 2.x-5.x's
+//! (`pooling_mode_*_token(s)` booleans, max_seq_length in
+//! sentence_bert_config.json) and 6.x's (`"pooling_mode": "mean"`, modules
+//! typed `sentence_transformers.base.modules...`, max_seq_length left to
+//! the tokenizer's model_max_length).
 
 use super::error::{FIX_REEXPORT, ModelError};
 use serde_json::Value;
@@ -211,12 +218,50 @@ pub(crate) fn pipeline_config(dir: &Path) -> Result<PipelineConfig, ModelError> 
         ("pooling_mode_mean_sqrt_len_tokens", Pooling::MeanSqrtLen),
         ("pooling_mode_lasttoken", Pooling::LastToken),
     ];
-    let on: Vec<Pooling> = modes
+    let mut on: Vec<Pooling> = modes
         .iter()
         .filter(|(k, _)| flag(&p, k))
         .map(|&(_, m)| m)
         .collect();
-    if flag(&p, "pooling_mode_weightedmean_tokens") {
+    // sentence-transformers 6: one "pooling_mode" string (or a list of
+    // them, concatenated) in place of the booleans.
+    let named: Vec<&str> = match p.get("pooling_mode") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(m)) => vec![m.as_str()],
+        Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).collect(),
+        Some(other) => {
+            return Err(ModelError::new(
+                &pooling_file,
+                format!("pooling_mode is {other}, not a mode's name"),
+                FIX_REEXPORT,
+            ));
+        }
+    };
+    let mut weighted = flag(&p, "pooling_mode_weightedmean_tokens");
+    for m in named {
+        let mode = match m {
+            "mean" | "mean_tokens" => Pooling::Mean,
+            "cls" | "cls_token" => Pooling::Cls,
+            "max" | "max_tokens" => Pooling::Max,
+            "mean_sqrt_len_tokens" | "mean_sqrt_len" => Pooling::MeanSqrtLen,
+            "lasttoken" | "last_token" | "last" => Pooling::LastToken,
+            "weightedmean" | "weightedmean_tokens" | "weighted_mean" => {
+                weighted = true;
+                continue;
+            }
+            other => {
+                return Err(ModelError::new(
+                    &pooling_file,
+                    format!("pooling_mode \"{other}\" is not one this server knows"),
+                    "use a model with mean, cls, max or lasttoken pooling",
+                ));
+            }
+        };
+        if !on.contains(&mode) {
+            on.push(mode);
+        }
+    }
+    if weighted {
         return Err(ModelError::new(
             &pooling_file,
             "weighted-mean pooling is not supported",
@@ -228,7 +273,7 @@ pub(crate) fn pipeline_config(dir: &Path) -> Result<PipelineConfig, ModelError> 
         [] => {
             return Err(ModelError::new(
                 &pooling_file,
-                "no pooling_mode_* is true",
+                "no pooling_mode_* is true and no pooling_mode is named",
                 "set exactly one pooling mode, as sentence-transformers saved it",
             ));
         }
@@ -240,9 +285,13 @@ pub(crate) fn pipeline_config(dir: &Path) -> Result<PipelineConfig, ModelError> 
             ));
         }
     };
-    let pooling_dim = match p.get("word_embedding_dimension") {
+    // "embedding_dimension" in sentence-transformers 6.
+    let dim_key = ["word_embedding_dimension", "embedding_dimension"]
+        .into_iter()
+        .find(|k| p.get(*k).is_some_and(|v| !v.is_null()));
+    let pooling_dim = match dim_key {
         None => None,
-        Some(_) => Some(field_usize(&p, "word_embedding_dimension", &pooling_file)?),
+        Some(k) => Some(field_usize(&p, k, &pooling_file)?),
     };
     let sbert = dir.join("sentence_bert_config.json");
     let max_seq_length = if sbert.exists() {
@@ -254,6 +303,13 @@ pub(crate) fn pipeline_config(dir: &Path) -> Result<PipelineConfig, ModelError> 
     } else {
         None
     };
+    // As sentence-transformers: without a max_seq_length the tokenizer's
+    // model_max_length (when it is a real bound, not transformers'
+    // "unbounded" 1e30) caps the input, beside the position table.
+    let max_seq_length = match max_seq_length {
+        Some(n) => Some(n),
+        None => model_max_length(dir)?,
+    };
     Ok(PipelineConfig {
         pooling,
         pooling_dim,
@@ -261,4 +317,18 @@ pub(crate) fn pipeline_config(dir: &Path) -> Result<PipelineConfig, ModelError> 
         normalize,
         max_seq_length,
     })
+}
+
+/// tokenizer_config.json's model_max_length, when the file exists and it
+/// is a bound of sane size.
+fn model_max_length(dir: &Path) -> Result<Option<usize>, ModelError> {
+    let file = dir.join("tokenizer_config.json");
+    if !file.exists() {
+        return Ok(None);
+    }
+    let t = read_json(&file)?;
+    Ok(t.get("model_max_length")
+        .and_then(Value::as_u64)
+        .filter(|&n| n > 0 && n <= 1 << 24)
+        .map(|n| n as usize))
 }

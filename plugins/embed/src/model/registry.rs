@@ -13,12 +13,12 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::arch::{Architecture, bert};
+use super::arch::{Architecture, bert, distilbert, roberta};
 use super::config::{field_str, read_json};
 use super::error::ModelError;
 
 /// The model_types served, in the order refusals list them.
-pub const SUPPORTED: &[&str] = &["bert"];
+pub const SUPPORTED: &[&str] = &["bert", "roberta", "xlm-roberta", "camembert", "distilbert"];
 
 /// model_types known to need their own modeling code.
 const REMOTE_CODE: &[&str] = &["nomic_bert", "new", "jina_bert", "gte", "bert_flash"];
@@ -45,19 +45,23 @@ pub(crate) fn architecture(dir: &Path) -> Result<Box<dyn Architecture>, ModelErr
     }
     let arch = match model_type {
         "bert" => boxed(bert::bert(&v, &file)?),
-        _ => {
-            let what = if model_type.is_empty() {
-                "model_type is missing".to_string()
-            } else {
-                format!("model_type is \"{model_type}\"")
-            };
-            return Err(ModelError::new(
-                &file,
-                format!("{what}; this server runs the model_types {}", supported()),
-                "use a sentence-transformers model of a supported architecture, such as \
-                 all-MiniLM-L6-v2 (bert)",
-            ));
-        }
+        "distilbert" => boxed(distilbert::distilbert(&v, &file)?),
+        t => match roberta::MODEL_TYPES.iter().find(|&&r| r == t) {
+            Some(&t) => boxed(roberta::roberta(&v, &file, t)?),
+            None => {
+                let what = if model_type.is_empty() {
+                    "model_type is missing".to_string()
+                } else {
+                    format!("model_type is \"{model_type}\"")
+                };
+                return Err(ModelError::new(
+                    &file,
+                    format!("{what}; this server runs the model_types {}", supported()),
+                    "use a sentence-transformers model of a supported architecture, such as \
+                     all-MiniLM-L6-v2 (bert) or multilingual-e5-small (xlm-roberta)",
+                ));
+            }
+        },
     };
     Ok(arch)
 }

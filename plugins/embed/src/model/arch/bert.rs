@@ -33,7 +33,6 @@ pub(crate) enum Positions {
     FromZero,
     /// RoBERTa's: `cumsum(ids != pad) + pad` for real tokens (pad + 1,
     /// pad + 2...), `pad` for a padding token.
-    #[allow(dead_code, reason = "RoBERTa's, the next step")]
     AfterPadding { pad: u32 },
 }
 
@@ -190,7 +189,7 @@ pub(crate) fn activation(v: &Value, key: &str, file: &Path) -> Result<Activation
 /// config.json's head count `key`, which must divide `hidden`.
 pub(crate) fn heads(v: &Value, key: &str, hidden: usize, file: &Path) -> Result<usize, ModelError> {
     let heads = field_usize(v, key, file)?;
-    if hidden % heads != 0 {
+    if !hidden.is_multiple_of(heads) {
         return Err(ModelError::new(
             file,
             format!("hidden_size {hidden} is not a multiple of {key} {heads}"),

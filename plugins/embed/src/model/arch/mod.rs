@@ -7,7 +7,9 @@
 //!
 //! - `bert`: BERT, and the post-norm encoder that RoBERTa and DistilBERT
 //!   share with it (their differences are names, positions and token
-//!   types, not code).
+//!   types, not code);
+//! - `roberta`: RoBERTa, XLM-RoBERTa, CamemBERT (positions after padding's);
+//! - `distilbert`: DistilBERT (its own names, no token types).
 //!
 //! The trait is cut for what the next families need too: an architecture
 //! owns its whole forward pass, so MPNet's relative position bias and
@@ -17,6 +19,8 @@
 //! (`TensorList::dense_without_bias`, `norm_without_bias`).
 
 pub(crate) mod bert;
+pub(crate) mod distilbert;
+pub(crate) mod roberta;
 
 use super::cache::Packed;
 use super::kernels::Isa;

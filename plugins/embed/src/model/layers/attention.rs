@@ -252,6 +252,13 @@ mod tests {
         ctx
     }
 
+    /// A score rule, the bias it adds (for the reference) and its window.
+    type Case<'a> = (
+        Scores<'a>,
+        &'a dyn Fn(usize, usize, usize) -> f64,
+        Option<usize>,
+    );
+
     #[test]
     fn packed_attention_matches_the_definition_with_and_without_score_rules() {
         let (hidden, heads) = (16, 4);
@@ -270,11 +277,7 @@ mod tests {
         let zero = |_: usize, _: usize, _: usize| 0.0;
         for isa in Isa::all_supported() {
             let att = Attention { hidden, heads, isa };
-            let cases: [(
-                Scores<'_>,
-                &dyn Fn(usize, usize, usize) -> f64,
-                Option<usize>,
-            ); 3] = [
+            let cases: [Case<'_>; 3] = [
                 (Scores::default(), &zero, None),
                 (
                     Scores {
