@@ -6,5 +6,6 @@ mod common;
 
 mod bad_folders;
 mod cache;
+mod families;
 mod minilm;
 mod tiny_bert;
