@@ -118,6 +118,9 @@ fn matches_reference(family: &str, dir: &Path) {
         );
         assert_eq!(info.pooling, r.pooling, "{family}");
         assert_eq!(info.normalize, r.normalize, "{family}");
+        if threads > 1 {
+            assert_eq!(info.weights_built, None, "{family}: the cache is reused");
+        }
         let texts: Vec<&str> = r.sentences.iter().map(String::as_str).collect();
         let enc = m.tokenize(&texts, true).unwrap();
         for (i, e) in enc.iter().enumerate() {
