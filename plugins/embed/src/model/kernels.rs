@@ -277,6 +277,27 @@ kernel! {
     }
 }
 
+kernel! {
+    /// Per row of `x` (rows of `g.len()`): out = layer_norm(x) * g + beta,
+    /// x kept (a pre-norm block's input to its sublayer).
+    fn layer_norm_to(out: &mut [f32], x: &[f32], g: &[f32], beta: &[f32], eps: f32) {
+        let n = g.len();
+        for (or, xr) in out.chunks_exact_mut(n).zip(x.chunks_exact(n)) {
+            or.copy_from_slice(xr);
+            layer_norm_row(or, g, beta, eps);
+        }
+    }
+}
+
+kernel! {
+    /// x += y (a pre-norm block's residual).
+    fn add(x: &mut [f32], y: &[f32]) {
+        for (v, y) in x.iter_mut().zip(y) {
+            *v += y;
+        }
+    }
+}
+
 /// In place: s = softmax(s).
 #[inline(always)]
 fn softmax_row(s: &mut [f32]) {
@@ -564,6 +585,17 @@ mod tests {
                     let want = ref_ln(&t, &g, &beta, 1e-12);
                     for i in 0..n {
                         assert!((x[r * n + i] - want[i]).abs() < 1e-4, "{isa:?} n={n}");
+                    }
+                }
+                let mut normed = vec![f32::NAN; 3 * n];
+                layer_norm_to(isa, &mut normed, &x0, &g, &beta, 1e-5);
+                let mut summed = x0.clone();
+                add(isa, &mut summed, &y);
+                for r in 0..3 {
+                    let want = ref_ln(&x0[r * n..(r + 1) * n], &g, &beta, 1e-5);
+                    for i in 0..n {
+                        assert!((normed[r * n + i] - want[i]).abs() < 1e-4, "{isa:?} n={n}");
+                        assert_eq!(summed[r * n + i], x0[r * n + i] + y[r * n + i]);
                     }
                 }
                 let mut gl = x0.clone();
