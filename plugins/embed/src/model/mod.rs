@@ -80,7 +80,9 @@ mod cache;
 mod config;
 mod encoder;
 mod error;
+#[macro_use]
 mod kernels;
+mod layers;
 mod matmul;
 mod mmap;
 mod pooling;
