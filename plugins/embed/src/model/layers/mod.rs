@@ -7,12 +7,16 @@
 //! `window` (attention of one sequence and one head over a band of keys:
 //! ModernBERT's sliding layers, and MPNet's biased scores), `relative_bias`
 //! (MPNet's T5-style relative position buckets and their per-head bias),
-//! `geglu` (ModernBERT's gated feed-forward activation).
+//! `geglu` (ModernBERT's gated feed-forward activation); `fixtures` (tests:
+//! the four composed into naive ModernBERT and MPNet passes reproduce the
+//! tiny fixtures' sentence-transformers vectors).
 
 // Until the architectures that call them land (issue #51), only the tests
 // do.
 #![cfg_attr(not(test), allow(dead_code))]
 
+#[cfg(test)]
+mod fixtures;
 pub(crate) mod geglu;
 pub(crate) mod relative_bias;
 pub(crate) mod rotary;
