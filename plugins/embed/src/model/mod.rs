@@ -90,6 +90,7 @@ mod arch;
 mod cache;
 mod config;
 mod error;
+#[macro_use]
 mod kernels;
 mod layers;
 mod mmap;
