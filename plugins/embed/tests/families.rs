@@ -181,6 +181,11 @@ fn distilbert_matches_sentence_transformers() {
     matches_reference("distilbert", &folder("distilbert"));
 }
 
+#[test]
+fn mpnet_matches_sentence_transformers() {
+    matches_reference("mpnet", &folder("mpnet"));
+}
+
 fn edit_json(path: &Path, f: impl FnOnce(&mut serde_json::Value)) {
     let mut v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
@@ -255,7 +260,14 @@ fn refused(edit: impl FnOnce(&mut serde_json::Value), says: &[&str]) -> ModelErr
 #[test]
 fn unsupported_and_remote_code_model_types_are_refused_naming_them_and_the_supported_ones() {
     let mut every: Vec<&str> = SUPPORTED_MODEL_TYPES.to_vec();
-    for t in ["bert", "roberta", "xlm-roberta", "camembert", "distilbert"] {
+    for t in [
+        "bert",
+        "roberta",
+        "xlm-roberta",
+        "camembert",
+        "distilbert",
+        "mpnet",
+    ] {
         assert!(every.contains(&t), "{t} is served");
     }
     every.push("model_type is \"t5\"");

@@ -4,6 +4,7 @@
 
 mod common;
 
+mod all_mpnet;
 mod bad_folders;
 mod cache;
 mod families;

@@ -83,7 +83,7 @@ macro_rules! kernel {
     };
 }
 
-const LANES: usize = 16;
+pub(crate) const LANES: usize = 16;
 
 /// Sum of a slice, 16 lanes at a time.
 #[inline(always)]
@@ -103,7 +103,7 @@ fn sum(x: &[f32]) -> f32 {
 }
 
 #[inline(always)]
-fn hsum(acc: [f32; LANES]) -> f32 {
+pub(crate) fn hsum(acc: [f32; LANES]) -> f32 {
     let mut a = acc;
     let mut w = LANES / 2;
     while w > 0 {
@@ -409,7 +409,7 @@ kernel! {
 /// o[d] = scale * sum over j of p[j] * rows[j * stride + d]: the context of
 /// one query, accumulated in registers 16 lanes (or 32) at a time.
 #[inline(always)]
-fn weighted_rows(o: &mut [f32], p: &[f32], scale: f32, rows: &[f32], stride: usize) {
+pub(crate) fn weighted_rows(o: &mut [f32], p: &[f32], scale: f32, rows: &[f32], stride: usize) {
     let dh = o.len();
     let mut c = 0;
     while c + 2 * LANES <= dh {

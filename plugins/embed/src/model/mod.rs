@@ -1,6 +1,6 @@
 //! A native, pure-Rust f32 forward pass of a sentence-transformers encoder:
-//! BERT (all-MiniLM-L6-v2 and its kin), RoBERTa, XLM-RoBERTa, CamemBERT
-//! and DistilBERT ([`SUPPORTED_MODEL_TYPES`]).
+//! BERT (all-MiniLM-L6-v2 and its kin), RoBERTa, XLM-RoBERTa, CamemBERT,
+//! DistilBERT and MPNet ([`SUPPORTED_MODEL_TYPES`]).
 //!
 //! ```no_run
 //! use m0_embed::model::{LoadOptions, Model};
@@ -33,7 +33,8 @@
 //! [{"name", "shape", "offset", "layout", "columns"}]}`; names are the
 //! safetensors names without their prefix (`bert.`, `roberta.`...), except
 //! the stacked query, key and value products (BERT's
-//! `attention.self.qkv`, DistilBERT's `attention.qkv_lin`), BERT's
+//! `attention.self.qkv`, DistilBERT's `attention.qkv_lin`, MPNet's
+//! `attention.attn.qkv`), BERT's
 //! `embeddings.token_type_embeddings.0` (type 0's row), and zeros for the
 //! biases an architecture lacks. `"rows"` tensors
 //! are row-major in `shape`; `"panels"` are a dense layer's `[out, in]`

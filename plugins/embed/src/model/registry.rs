@@ -13,12 +13,19 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::arch::{Architecture, bert, distilbert, roberta};
+use super::arch::{Architecture, bert, distilbert, mpnet, roberta};
 use super::config::{field_str, read_json};
 use super::error::ModelError;
 
 /// The model_types served, in the order refusals list them.
-pub const SUPPORTED: &[&str] = &["bert", "roberta", "xlm-roberta", "camembert", "distilbert"];
+pub const SUPPORTED: &[&str] = &[
+    "bert",
+    "roberta",
+    "xlm-roberta",
+    "camembert",
+    "distilbert",
+    "mpnet",
+];
 
 /// model_types known to need their own modeling code.
 const REMOTE_CODE: &[&str] = &["nomic_bert", "new", "jina_bert", "gte", "bert_flash"];
@@ -46,6 +53,7 @@ pub(crate) fn architecture(dir: &Path) -> Result<Box<dyn Architecture>, ModelErr
     let arch = match model_type {
         "bert" => boxed(bert::bert(&v, &file)?),
         "distilbert" => boxed(distilbert::distilbert(&v, &file)?),
+        "mpnet" => boxed(mpnet::mpnet(&v, &file)?),
         t => match roberta::MODEL_TYPES.iter().find(|&&r| r == t) {
             Some(&t) => boxed(roberta::roberta(&v, &file, t)?),
             None => {

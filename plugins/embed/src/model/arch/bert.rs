@@ -23,6 +23,7 @@ use crate::model::layers::activation::{ACTIVATIONS, Activation};
 use crate::model::layers::attention::{Attention, Scores};
 use crate::model::layers::linear::{Linear, matmul};
 use crate::model::layers::norm::LayerNorm;
+use crate::model::layers::relative_bias::{NUM_BUCKETS, RelativeBias};
 use crate::model::mmap::{Scratch, Tensor};
 use crate::model::tensors::{Naming, TensorList};
 
@@ -116,6 +117,9 @@ pub(crate) struct PostNorm {
     pub names: Names,
     /// Prefixes the file's names may carry.
     pub prefixes: &'static [&'static str],
+    /// The `[32, heads]` relative position bias table shared by every
+    /// layer's attention (MPNet's), when there is one.
+    pub relative_bias: Option<&'static str>,
 }
 
 /// BERT's and RoBERTa's config.json fields.
@@ -171,6 +175,7 @@ pub(crate) fn read(
         positions,
         names: BERT_NAMES,
         prefixes,
+        relative_bias: None,
     })
 }
 
@@ -231,6 +236,9 @@ impl Architecture for PostNorm {
         t.rows(n.word, vec![self.dims.vocab, h]);
         t.rows(n.position, vec![self.max_position, h]);
         t.norm(n.embed_norm, h);
+        if let Some(table) = self.relative_bias {
+            t.rows(table, vec![NUM_BUCKETS, self.dims.heads]);
+        }
         for l in 0..self.dims.layers {
             let ln = (n.layer)(l);
             let qkv = ln.qkv_from.iter().map(|w| (w.clone(), h)).collect();
@@ -261,6 +269,10 @@ impl Architecture for PostNorm {
             )
         };
         let n = &self.names;
+        let max_len = max_len.min(self.dims.max_tokens);
+        let relative = self
+            .relative_bias
+            .map(|table| RelativeBias::new(&t(table), self.dims.heads, max_len));
         let layers = (0..self.dims.layers)
             .map(|l| {
                 let names = (n.layer)(l);
@@ -288,7 +300,8 @@ impl Architecture for PostNorm {
             hidden: h,
             intermediate: i,
             vocab: self.dims.vocab,
-            max_len: max_len.min(self.dims.max_tokens),
+            max_len,
+            relative,
             activation: self.activation,
             positions: self.positions,
             isa,
@@ -320,6 +333,8 @@ struct PostNormEncoder {
     intermediate: usize,
     vocab: usize,
     max_len: usize,
+    /// Every head's relative position bias (MPNet), made once at load.
+    relative: Option<RelativeBias>,
     activation: Activation,
     positions: Positions,
     isa: Isa,
@@ -388,10 +403,14 @@ impl Encoder for PostNormEncoder {
         let mut ctx = Scratch::zeroed(m * h);
         let mut tmp = Scratch::zeroed(m * h);
         let mut inter = Scratch::zeroed(m * self.intermediate);
+        let scores = Scores {
+            relative: self.relative.as_ref(),
+            ..Scores::default()
+        };
         for layer in &self.layers {
             matmul(isa, &x, m, &layer.qkv, &mut qkv, threads);
             self.attention
-                .forward(&qkv, &lens, &mut ctx, threads, Scores::default());
+                .forward(&qkv, &lens, &mut ctx, threads, scores);
             matmul(isa, &ctx, m, &layer.attn_out, &mut tmp, threads);
             layer.attn_norm.residual(isa, &mut x, &tmp, threads);
             matmul(isa, &x, m, &layer.ffn_in, &mut inter, threads);

@@ -64,5 +64,6 @@ pub(crate) fn distilbert(v: &Value, file: &Path) -> Result<PostNorm, ModelError>
         positions: Positions::FromZero,
         names: NAMES,
         prefixes: &["distilbert."],
+        relative_bias: None,
     })
 }

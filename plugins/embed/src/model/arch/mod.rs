@@ -9,17 +9,19 @@
 //!   share with it (their differences are names, positions and token
 //!   types, not code);
 //! - `roberta`: RoBERTa, XLM-RoBERTa, CamemBERT (positions after padding's);
-//! - `distilbert`: DistilBERT (its own names, no token types).
+//! - `distilbert`: DistilBERT (its own names, no token types);
+//! - `mpnet`: MPNet (the post-norm encoder with a relative position bias).
 //!
-//! The trait is cut for what the next families need too: an architecture
-//! owns its whole forward pass, so MPNet's relative position bias and
-//! ModernBERT's rotary embeddings, local windows, GeGLU and pre-norm with a
-//! final norm live in their own files, with the attention's score rules
-//! (`layers::attention::Scores`) and zeros for the biases a family lacks
-//! (`TensorList::dense_without_bias`, `norm_without_bias`).
+//! An architecture owns its whole forward pass: MPNet's relative position
+//! bias is one score rule (`layers::attention::Scores`) on the post-norm
+//! encoder; ModernBERT's rotary embeddings, local windows, GeGLU and
+//! pre-norm with a final norm need a pass of their own, with zeros for the
+//! biases the family lacks (`TensorList::dense_without_bias`,
+//! `norm_without_bias`).
 
 pub(crate) mod bert;
 pub(crate) mod distilbert;
+pub(crate) mod mpnet;
 pub(crate) mod roberta;
 
 use super::cache::Packed;

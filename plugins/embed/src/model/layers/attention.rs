@@ -12,6 +12,8 @@
 //! Rotary embeddings (ModernBERT) rotate the query and key columns before
 //! this runs, so they need nothing here.
 
+use super::relative_bias::{RelativeBias, scale_add_bias};
+use super::window::attention_head_banded;
 use crate::model::kernels::{self, Isa};
 use crate::model::mmap::Scratch;
 use crate::model::strided::matmul_strided;
@@ -35,11 +37,15 @@ pub(crate) struct Scores<'a> {
     /// Query i sees only keys j with |i - j| <= window (ModernBERT's local
     /// layers: `local_attention / 2`).
     pub window: Option<usize>,
+    /// MPNet's relative position bias, made once per model: short
+    /// sequences run [`attention_head_banded`] over the whole sequence
+    /// with it, long ones add it to the gemm's scores.
+    pub relative: Option<&'a RelativeBias>,
 }
 
 impl Scores<'_> {
     fn plain(&self) -> bool {
-        self.bias.is_none() && self.window.is_none()
+        self.bias.is_none() && self.window.is_none() && self.relative.is_none()
     }
 }
 
@@ -115,6 +121,36 @@ impl Attention {
         if len == 0 {
             return;
         }
+        // A window (ModernBERT's local layers) costs len * band on the
+        // banded kernel at any length; MPNet's bias rides it while short.
+        let banded = match (rule.window, rule.relative) {
+            (Some(w), None) if rule.bias.is_none() => Some((w, &[][..])),
+            (None, Some(rb)) if rule.bias.is_none() && len <= SMALL_ATTENTION => {
+                Some((usize::MAX, rb.head(head, len)))
+            }
+            _ => None,
+        };
+        if let Some((half, bias)) = banded {
+            let mut kt = vec![0f32; dh * kernels::padded(len)];
+            let mut scores = vec![0f32; kernels::padded(len)];
+            attention_head_banded(
+                self.isa,
+                qkv,
+                stride,
+                len,
+                q,
+                k,
+                v,
+                dh,
+                scale,
+                half,
+                bias,
+                &mut kt,
+                &mut scores,
+                out,
+            );
+            return;
+        }
         if len <= SMALL_ATTENTION && rule.plain() {
             let mut kt = vec![0f32; dh * kernels::padded(len)];
             let mut scores = [0f32; kernels::padded(SMALL_ATTENTION)];
@@ -156,7 +192,10 @@ impl Attention {
         if rule.plain() {
             kernels::softmax_rows(self.isa, &mut scores, len, scale);
         } else {
-            kernels::scale(self.isa, &mut scores, scale);
+            match rule.relative {
+                Some(rb) => scale_add_bias(self.isa, &mut scores, len, scale, rb.head(head, len)),
+                None => kernels::scale(self.isa, &mut scores, scale),
+            }
             if let Some(bias) = rule.bias {
                 bias(head, len, &mut scores[..]);
             }
@@ -275,14 +314,23 @@ mod tests {
             }
         };
         let zero = |_: usize, _: usize, _: usize| 0.0;
+        // MPNet's bias: short sequences on the banded kernel, the 60 on
+        // the gemm path.
+        let table = noise(super::super::relative_bias::NUM_BUCKETS * heads, 3);
+        let rb = RelativeBias::new(&table, heads, 60);
+        let relative_of = |hd: usize, i: usize, j: usize| {
+            let b = super::super::relative_bias::bucket(i as i64 - j as i64);
+            table[b * heads + hd] as f64
+        };
         for isa in Isa::all_supported() {
             let att = Attention { hidden, heads, isa };
-            let cases: [Case<'_>; 3] = [
+            let cases: [Case<'_>; 4] = [
                 (Scores::default(), &zero, None),
                 (
                     Scores {
                         bias: Some(&bias),
                         window: None,
+                        relative: None,
                     },
                     &bias_of,
                     None,
@@ -291,9 +339,18 @@ mod tests {
                     Scores {
                         bias: None,
                         window: Some(4),
+                        relative: None,
                     },
                     &zero,
                     Some(4),
+                ),
+                (
+                    Scores {
+                        relative: Some(&rb),
+                        ..Scores::default()
+                    },
+                    &relative_of,
+                    None,
                 ),
             ];
             for (rule, b, w) in cases {

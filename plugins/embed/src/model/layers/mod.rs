@@ -25,11 +25,9 @@ mod fixtures;
 pub(crate) mod geglu;
 pub(crate) mod linear;
 pub(crate) mod norm;
-#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) mod relative_bias;
 #[cfg_attr(not(test), allow(dead_code))]
 pub(crate) mod rotary;
-#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) mod window;
 
 /// Runs `f(rows, first_row)` over `a` (rows of `row` floats) cut into

@@ -74,6 +74,7 @@ impl RelativeBias {
     }
 
     /// Heads of the table.
+    #[cfg(test)]
     pub(crate) fn heads(&self) -> usize {
         self.heads
     }

@@ -18,72 +18,12 @@
 //! dropped from the softmax by selection. A band as wide as the sequence
 //! is plain attention, so MPNet's layers run it too, with `bias`.
 
-use crate::model::kernels::{self, Isa, padded};
-
-const LANES: usize = 16;
+use crate::model::kernels::{self, Isa, LANES, hsum, padded, weighted_rows};
 
 /// The keys query `i` of a sequence of `len` tokens sees through a band of
 /// `half` on either side: `i - half..=i + half`, within `0..len`.
 pub(crate) fn band(i: usize, len: usize, half: usize) -> std::ops::Range<usize> {
     i.saturating_sub(half)..i.saturating_add(half).saturating_add(1).min(len)
-}
-
-#[inline(always)]
-fn hsum(acc: [f32; LANES]) -> f32 {
-    let mut a = acc;
-    let mut w = LANES / 2;
-    while w > 0 {
-        for i in 0..w {
-            a[i] += a[i + w];
-        }
-        w /= 2;
-    }
-    a[0]
-}
-
-/// o[d] = scale * sum over j of p[j] * rows[j * stride + d]: the context of
-/// one query, in registers 16 lanes at a time (kernels.rs's, which is
-/// private there).
-#[inline(always)]
-fn weighted_rows(o: &mut [f32], p: &[f32], scale: f32, rows: &[f32], stride: usize) {
-    let dh = o.len();
-    let mut c = 0;
-    while c + 2 * LANES <= dh {
-        let mut a0 = [0f32; LANES];
-        let mut a1 = [0f32; LANES];
-        for (j, &pj) in p.iter().enumerate() {
-            let r = &rows[j * stride + c..][..2 * LANES];
-            for l in 0..LANES {
-                a0[l] += pj * r[l];
-                a1[l] += pj * r[LANES + l];
-            }
-        }
-        for l in 0..LANES {
-            o[c + l] = a0[l] * scale;
-            o[c + LANES + l] = a1[l] * scale;
-        }
-        c += 2 * LANES;
-    }
-    while c + LANES <= dh {
-        let mut a0 = [0f32; LANES];
-        for (j, &pj) in p.iter().enumerate() {
-            let r = &rows[j * stride + c..][..LANES];
-            for l in 0..LANES {
-                a0[l] += pj * r[l];
-            }
-        }
-        for l in 0..LANES {
-            o[c + l] = a0[l] * scale;
-        }
-        c += LANES;
-    }
-    for (d, od) in o.iter_mut().enumerate().skip(c) {
-        let mut a = 0.0;
-        for (j, &pj) in p.iter().enumerate() {
-            a += pj * rows[j * stride + d];
-        }
-        *od = a * scale;
-    }
 }
 
 kernel! {
