@@ -1,5 +1,5 @@
 //! The embedding plugin: sentence embeddings from an encoder model (BERT,
-//! RoBERTa, XLM-RoBERTa, CamemBERT, DistilBERT, MPNet: `model`'s
+//! RoBERTa, XLM-RoBERTa, CamemBERT, DistilBERT, MPNet, ModernBERT: `model`'s
 //! `SUPPORTED_MODEL_TYPES`), behind the APIs of text-embeddings-inference
 //! and OpenAI.
 //!

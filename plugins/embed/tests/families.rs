@@ -186,6 +186,11 @@ fn mpnet_matches_sentence_transformers() {
     matches_reference("mpnet", &folder("mpnet"));
 }
 
+#[test]
+fn modernbert_matches_sentence_transformers() {
+    matches_reference("modernbert", &folder("modernbert"));
+}
+
 fn edit_json(path: &Path, f: impl FnOnce(&mut serde_json::Value)) {
     let mut v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
@@ -267,6 +272,7 @@ fn unsupported_and_remote_code_model_types_are_refused_naming_them_and_the_suppo
         "camembert",
         "distilbert",
         "mpnet",
+        "modernbert",
     ] {
         assert!(every.contains(&t), "{t} is served");
     }

@@ -1,6 +1,6 @@
 //! A native, pure-Rust f32 forward pass of a sentence-transformers encoder:
 //! BERT (all-MiniLM-L6-v2 and its kin), RoBERTa, XLM-RoBERTa, CamemBERT,
-//! DistilBERT and MPNet ([`SUPPORTED_MODEL_TYPES`]).
+//! DistilBERT, MPNet and ModernBERT ([`SUPPORTED_MODEL_TYPES`]).
 //!
 //! ```no_run
 //! use m0_embed::model::{LoadOptions, Model};

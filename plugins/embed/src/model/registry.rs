@@ -13,7 +13,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::arch::{Architecture, bert, distilbert, mpnet, roberta};
+use super::arch::{Architecture, bert, distilbert, modernbert, mpnet, roberta};
 use super::config::{field_str, read_json};
 use super::error::ModelError;
 
@@ -25,6 +25,7 @@ pub const SUPPORTED: &[&str] = &[
     "camembert",
     "distilbert",
     "mpnet",
+    "modernbert",
 ];
 
 /// model_types known to need their own modeling code.
@@ -54,6 +55,7 @@ pub(crate) fn architecture(dir: &Path) -> Result<Box<dyn Architecture>, ModelErr
         "bert" => boxed(bert::bert(&v, &file)?),
         "distilbert" => boxed(distilbert::distilbert(&v, &file)?),
         "mpnet" => boxed(mpnet::mpnet(&v, &file)?),
+        "modernbert" => boxed(modernbert::modernbert(&v, &file)?),
         t => match roberta::MODEL_TYPES.iter().find(|&&r| r == t) {
             Some(&t) => boxed(roberta::roberta(&v, &file, t)?),
             None => {

@@ -114,7 +114,6 @@ impl TensorList {
 
     /// [`TensorList::dense`] of layers without biases: `{name}.bias` is
     /// zeros.
-    #[allow(dead_code, reason = "ModernBERT's, the next family (issue #51)")]
     pub(crate) fn dense_without_bias(&mut self, name: &str, parts: Vec<(String, usize)>, k: usize) {
         self.dense_weight(name, &parts, k);
         let n: usize = parts.iter().map(|(_, n)| n).sum();
@@ -143,7 +142,6 @@ impl TensorList {
     }
 
     /// A LayerNorm without a shift: `{name}.bias` is zeros.
-    #[allow(dead_code, reason = "ModernBERT's, the next family (issue #51)")]
     pub(crate) fn norm_without_bias(&mut self, name: &str, width: usize) {
         self.rows(&format!("{name}.weight"), vec![width]);
         self.push(format!("{name}.bias"), vec![width], None, Origin::Zeros);

@@ -10,7 +10,8 @@
 //!   types, not code);
 //! - `roberta`: RoBERTa, XLM-RoBERTa, CamemBERT (positions after padding's);
 //! - `distilbert`: DistilBERT (its own names, no token types);
-//! - `mpnet`: MPNet (the post-norm encoder with a relative position bias).
+//! - `mpnet`: MPNet (the post-norm encoder with a relative position bias);
+//! - `modernbert`: ModernBERT (pre-norm, rotary, local windows, GeGLU).
 //!
 //! An architecture owns its whole forward pass: MPNet's relative position
 //! bias is one score rule (`layers::attention::Scores`) on the post-norm
@@ -21,6 +22,7 @@
 
 pub(crate) mod bert;
 pub(crate) mod distilbert;
+pub(crate) mod modernbert;
 pub(crate) mod mpnet;
 pub(crate) mod roberta;
 

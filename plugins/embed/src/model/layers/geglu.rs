@@ -8,13 +8,9 @@
 //!
 //! `Wo` reads `[tokens, intermediate]` rows, half as wide as `Wi`'s
 //! output, so the activation also compacts: [`geglu`] writes a second
-//! buffer and splits over threads by rows; [`geglu_in_place`] compacts
-//! within `Wi`'s own buffer (one thread: a later row's result lands where
-//! an earlier row's inputs were).
+//! buffer (rows independent, so a caller splits them over threads).
 
 use crate::model::kernels::{self, Isa};
-
-const LANES: usize = 16;
 
 /// gelu(a) * g, GELU in its exact erf form.
 #[inline(always)]
@@ -31,34 +27,6 @@ kernel! {
             let (a, g) = xr.split_at(inter);
             for ((o, a), g) in or.iter_mut().zip(a).zip(g) {
                 *o = gated(*a, *g);
-            }
-        }
-    }
-}
-
-kernel! {
-    /// [`geglu`] within one buffer: row t of `2 * inter` becomes row t of
-    /// `inter`, so the first `rows * inter` floats of `x` end up holding
-    /// the activation (what follows is left over).
-    fn geglu_in_place(x: &mut [f32], inter: usize) {
-        let rows = x.len() / (2 * inter).max(1);
-        for t in 0..rows {
-            let (src, dst) = (2 * t * inter, t * inter);
-            // Each chunk is read whole before it is written; its writes end
-            // at dst + c + w <= src + c + w, below every float still to be
-            // read (dst <= src).
-            let mut c = 0;
-            while c + LANES <= inter {
-                let mut buf = [0f32; LANES];
-                for (l, b) in buf.iter_mut().enumerate() {
-                    *b = gated(x[src + c + l], x[src + inter + c + l]);
-                }
-                x[dst + c..dst + c + LANES].copy_from_slice(&buf);
-                c += LANES;
-            }
-            while c < inter {
-                x[dst + c] = gated(x[src + c], x[src + inter + c]);
-                c += 1;
             }
         }
     }
@@ -133,8 +101,6 @@ mod tests {
                 let want = reference(&x, inter);
                 let mut out = vec![f32::NAN; rows * inter];
                 geglu(isa, &x, &mut out, inter);
-                let mut packed = x.clone();
-                geglu_in_place(isa, &mut packed, inter);
                 for (i, w) in want.iter().enumerate() {
                     // erf's error (< 5e-7) times |x| * |gate| <= 16, plus
                     // f32 rounding.
@@ -144,7 +110,6 @@ mod tests {
                         "{isa:?} rows {rows} inter {inter} at {i}: {} want {w}",
                         out[i]
                     );
-                    assert_eq!(out[i], packed[i], "{isa:?}: in place differs at {i}");
                 }
             }
         }

@@ -19,14 +19,10 @@ pub(crate) mod activation;
 pub(crate) mod attention;
 #[cfg(test)]
 mod fixtures;
-// Until the architectures that call them land (issue #51), only the tests
-// do.
-#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) mod geglu;
 pub(crate) mod linear;
 pub(crate) mod norm;
 pub(crate) mod relative_bias;
-#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) mod rotary;
 pub(crate) mod window;
 

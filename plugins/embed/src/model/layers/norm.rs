@@ -29,10 +29,6 @@ impl LayerNorm {
 
     /// out = layer_norm(x) per row, x kept: a pre-norm block's sublayer
     /// input (or a final norm), on `threads` threads.
-    #[allow(
-        dead_code,
-        reason = "ModernBERT's pre-norm, the next family (issue #51)"
-    )]
     pub(crate) fn to(&self, isa: Isa, x: &[f32], out: &mut [f32], threads: usize) {
         let h = self.g.len();
         for_rows(threads, out, h, |rows, first| {
@@ -49,10 +45,6 @@ impl LayerNorm {
 
 /// x += y over the packed rows (rows of `width`): a pre-norm block's
 /// residual, on `threads` threads.
-#[allow(
-    dead_code,
-    reason = "ModernBERT's pre-norm, the next family (issue #51)"
-)]
 pub(crate) fn residual_add(isa: Isa, x: &mut [f32], y: &[f32], width: usize, threads: usize) {
     for_rows(threads, x, width, |rows, first| {
         kernels::add(isa, rows, &y[first * width..first * width + rows.len()])

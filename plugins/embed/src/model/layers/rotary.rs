@@ -77,6 +77,7 @@ impl Rotary {
     }
 
     /// One past the last position the tables hold.
+    #[cfg(test)]
     pub(crate) fn max_positions(&self) -> usize {
         self.max_positions
     }
