@@ -4,7 +4,10 @@
 //! over the tiny fixtures of tests/data/families/, one sentence at a time,
 //! must give reference.json's pooled vectors. A wrong theta, window, bias
 //! bucket or activation moves the cosines well below the 0.9999 asked
-//! (tests/data/families/README.md measured how far).
+//! (tests/data/families/README.md measured how far). The served
+//! ModernBERT encoder is then held to the naive pass past the fixture's
+//! 40 tokens, where no reference reaches (RoPE has no position table, so
+//! the folder takes 64).
 //!
 //! The fixtures are files: safetensors read here by hand, no torch.
 
@@ -182,69 +185,170 @@ fn check(name: &str, forward: impl Fn(&[u32]) -> Vec<f64>) {
     );
 }
 
+/// The tiny ModernBERT's weights and config, and its naive pass.
+struct ModernBert {
+    t: HashMap<String, Vec<f32>>,
+    hidden: usize,
+    heads: usize,
+    inter: usize,
+    layers: usize,
+    every: usize,
+    half: usize,
+    eps: f64,
+    global: Rotary,
+    local: Rotary,
+}
+
+impl ModernBert {
+    /// Its rotary tables for `max_positions` positions.
+    fn load(max_positions: usize) -> ModernBert {
+        let dir = family("modernbert");
+        let cfg = json(dir.join("config.json"));
+        let hidden = cfg["hidden_size"].as_u64().unwrap() as usize;
+        let heads = cfg["num_attention_heads"].as_u64().unwrap() as usize;
+        let every = cfg["global_attn_every_n_layers"].as_u64().unwrap() as usize;
+        let rope = &cfg["rope_parameters"];
+        let theta = |kind: &str| rope[kind]["rope_theta"].as_f64().unwrap();
+        let dh = hidden / heads;
+        for (l, kind) in cfg["layer_types"].as_array().unwrap().iter().enumerate() {
+            let want = if l % every == 0 {
+                "full_attention"
+            } else {
+                "sliding_attention"
+            };
+            assert_eq!(kind, want, "layer {l}");
+        }
+        ModernBert {
+            t: tensors(&dir),
+            hidden,
+            heads,
+            inter: cfg["intermediate_size"].as_u64().unwrap() as usize,
+            layers: cfg["num_hidden_layers"].as_u64().unwrap() as usize,
+            every,
+            half: cfg["local_attention"].as_u64().unwrap() as usize / 2,
+            eps: cfg["norm_eps"].as_f64().unwrap(),
+            global: Rotary::new(theta("full_attention"), dh, max_positions),
+            local: Rotary::new(theta("sliding_attention"), dh, max_positions),
+        }
+    }
+
+    /// The last hidden state of one sequence's tokens.
+    fn states(&self, isa: Isa, ids: &[u32]) -> Vec<f32> {
+        let (t, hidden, heads, inter, eps) =
+            (&self.t, self.hidden, self.heads, self.inter, self.eps);
+        let len = ids.len();
+        let emb = &t["embeddings.tok_embeddings.weight"];
+        let mut x: Vec<f32> = ids
+            .iter()
+            .flat_map(|&id| emb[id as usize * hidden..][..hidden].iter().copied())
+            .collect();
+        layer_norm(&mut x, &t["embeddings.norm.weight"], None, eps);
+        for l in 0..self.layers {
+            let p = format!("layers.{l}");
+            let is_global = l % self.every == 0;
+            let mut h = x.clone();
+            if l > 0 {
+                layer_norm(&mut h, &t[&format!("{p}.attn_norm.weight")], None, eps);
+            }
+            let mut qkv = linear(&h, &t[&format!("{p}.attn.Wqkv.weight")], None, hidden);
+            let rope = if is_global { &self.global } else { &self.local };
+            rope.apply(isa, &mut qkv, 3 * hidden, 2 * hidden, &positions(&[len]));
+            let band = if is_global { usize::MAX } else { self.half };
+            let ctx = attention(isa, &qkv, len, hidden, heads, band, |_| &[]);
+            add(
+                &mut x,
+                &linear(&ctx, &t[&format!("{p}.attn.Wo.weight")], None, hidden),
+            );
+            let mut h = x.clone();
+            layer_norm(&mut h, &t[&format!("{p}.mlp_norm.weight")], None, eps);
+            let wi = linear(&h, &t[&format!("{p}.mlp.Wi.weight")], None, hidden);
+            let mut act = vec![0f32; len * inter];
+            geglu(isa, &wi, &mut act, inter);
+            add(
+                &mut x,
+                &linear(&act, &t[&format!("{p}.mlp.Wo.weight")], None, inter),
+            );
+        }
+        layer_norm(&mut x, &t["final_norm.weight"], None, eps);
+        x
+    }
+}
+
 #[test]
 fn modernbert_fixture_from_rotary_window_and_geglu() {
-    let dir = family("modernbert");
-    let cfg = json(dir.join("config.json"));
-    let t = tensors(&dir);
-    let hidden = cfg["hidden_size"].as_u64().unwrap() as usize;
-    let heads = cfg["num_attention_heads"].as_u64().unwrap() as usize;
-    let inter = cfg["intermediate_size"].as_u64().unwrap() as usize;
-    let layers = cfg["num_hidden_layers"].as_u64().unwrap() as usize;
-    let every = cfg["global_attn_every_n_layers"].as_u64().unwrap() as usize;
-    let half = cfg["local_attention"].as_u64().unwrap() as usize / 2;
-    let eps = cfg["norm_eps"].as_f64().unwrap();
-    let rope = &cfg["rope_parameters"];
-    let theta = |kind: &str| rope[kind]["rope_theta"].as_f64().unwrap();
-    let dh = hidden / heads;
-    let global = Rotary::new(theta("full_attention"), dh, 64);
-    let local = Rotary::new(theta("sliding_attention"), dh, 64);
-    for (l, kind) in cfg["layer_types"].as_array().unwrap().iter().enumerate() {
-        let want = if l % every == 0 {
-            "full_attention"
-        } else {
-            "sliding_attention"
-        };
-        assert_eq!(kind, want, "layer {l}");
-    }
+    let m = ModernBert::load(64);
     for isa in isas() {
-        check("modernbert", |ids| {
-            let len = ids.len();
-            let emb = &t["embeddings.tok_embeddings.weight"];
-            let mut x: Vec<f32> = ids
-                .iter()
-                .flat_map(|&id| emb[id as usize * hidden..][..hidden].iter().copied())
-                .collect();
-            layer_norm(&mut x, &t["embeddings.norm.weight"], None, eps);
-            for l in 0..layers {
-                let p = format!("layers.{l}");
-                let is_global = l % every == 0;
-                let mut h = x.clone();
-                if l > 0 {
-                    layer_norm(&mut h, &t[&format!("{p}.attn_norm.weight")], None, eps);
-                }
-                let mut qkv = linear(&h, &t[&format!("{p}.attn.Wqkv.weight")], None, hidden);
-                let rope = if is_global { &global } else { &local };
-                rope.apply(isa, &mut qkv, 3 * hidden, 2 * hidden, &positions(&[len]));
-                let band = if is_global { usize::MAX } else { half };
-                let ctx = attention(isa, &qkv, len, hidden, heads, band, |_| &[]);
-                add(
-                    &mut x,
-                    &linear(&ctx, &t[&format!("{p}.attn.Wo.weight")], None, hidden),
-                );
-                let mut h = x.clone();
-                layer_norm(&mut h, &t[&format!("{p}.mlp_norm.weight")], None, eps);
-                let wi = linear(&h, &t[&format!("{p}.mlp.Wi.weight")], None, hidden);
-                let mut act = vec![0f32; len * inter];
-                geglu(isa, &wi, &mut act, inter);
-                add(
-                    &mut x,
-                    &linear(&act, &t[&format!("{p}.mlp.Wo.weight")], None, inter),
-                );
-            }
-            layer_norm(&mut x, &t["final_norm.weight"], None, eps);
-            mean_rows(&x, hidden)
-        });
+        check("modernbert", |ids| mean_rows(&m.states(isa, ids), m.hidden));
+    }
+}
+
+/// The served encoder (arch/modernbert.rs) past the fixture's 40 tokens
+/// and attention's 48-token short path: the tiny folder with
+/// model_max_length 64, a packed batch of 64, 49, 5 and 1 tokens, every
+/// token's state as the naive pass's (which reproduces reference.json).
+#[test]
+fn served_modernbert_matches_the_naive_pass_past_the_short_path() {
+    let dir = std::env::temp_dir().join(format!("m0-embed-modernbert64-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    copy_tree(&family("modernbert"), &dir);
+    let tc = dir.join("tokenizer_config.json");
+    let mut v = json(tc.clone());
+    v["model_max_length"] = 64.into();
+    std::fs::write(&tc, v.to_string()).unwrap();
+    let naive = ModernBert::load(64);
+    let lens = [64usize, 49, 5, 1];
+    let seqs: Vec<Vec<u32>> = lens
+        .iter()
+        .enumerate()
+        .map(|(s, &n)| {
+            (0..n)
+                .map(|i| ((i * 37 + s * 11 + 3) % 500) as u32)
+                .collect()
+        })
+        .collect();
+    for threads in [1, 2] {
+        let model = crate::model::Model::load(
+            &dir,
+            crate::model::LoadOptions {
+                threads,
+                cache_dir: Some(dir.join("cache")),
+                ..Default::default()
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(model.info().max_len, 64);
+        let enc = model.tokenizer().from_ids(&seqs, false).unwrap();
+        let got = model.token_states(&enc);
+        let want: Vec<f32> = seqs
+            .iter()
+            .flat_map(|s| naive.states(model.isa, s))
+            .collect();
+        assert_eq!(got.len(), want.len());
+        let worst = got
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(
+            worst < 1e-4,
+            "threads {threads}: largest difference {worst}"
+        );
+        eprintln!("served modernbert, threads {threads}: largest difference {worst:e}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dst = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(&dst).unwrap();
+            copy_tree(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), dst).unwrap();
+        }
     }
 }
 
