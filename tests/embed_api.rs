@@ -454,6 +454,7 @@ fn a_bad_model_folder_is_refused_with_78_naming_the_file_and_the_doctor_agrees()
     let v: Value =
         serde_json::from_str(report.lines().find(|l| l.starts_with('{')).unwrap()).unwrap();
     let facts = &v["plugin"]["facts"];
+    assert_eq!(facts["embed.architecture"], "bert", "{v}");
     assert_eq!(facts["embed.dim"], "384", "{v}");
     assert_eq!(facts["embed.layers"], "6", "{v}");
     assert_eq!(facts["embed.max_len"], "256", "{v}");

@@ -1,5 +1,7 @@
-//! The embedding plugin: sentence embeddings from a BERT-family model,
-//! behind the APIs of text-embeddings-inference and OpenAI.
+//! The embedding plugin: sentence embeddings from an encoder model (BERT,
+//! RoBERTa, XLM-RoBERTa, CamemBERT, DistilBERT, MPNet, ModernBERT: `model`'s
+//! `SUPPORTED_MODEL_TYPES`), behind the APIs of text-embeddings-inference
+//! and OpenAI.
 //!
 //! `m0serve --plugin embed [MODEL_DIR]`: MODEL_DIR is a sentence-transformers
 //! folder; without it, the all-MiniLM-L6-v2 files of the PyPI package

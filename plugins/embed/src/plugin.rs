@@ -110,6 +110,7 @@ impl<B: Backend> Plugin for Embed<B> {
         let facts = [
             ("embed.model", m.name.clone()),
             ("embed.model_dir", dir.display().to_string()),
+            ("embed.architecture", m.architecture.to_string()),
             ("embed.dim", m.dim.to_string()),
             ("embed.layers", m.layers.to_string()),
             ("embed.max_len", m.max_len.to_string()),

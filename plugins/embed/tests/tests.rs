@@ -4,7 +4,9 @@
 
 mod common;
 
+mod all_mpnet;
 mod bad_folders;
 mod cache;
+mod families;
 mod minilm;
 mod tiny_bert;

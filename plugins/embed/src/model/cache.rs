@@ -24,23 +24,28 @@
 //! f32. `layout` `"rows"` is row-major in `shape`; `"panels"` is a dense
 //! layer's `[out, in]` weight packed as `shape` = `[panels, in, 64]`: panel
 //! p holds output columns 64p..64p+64 (`columns` of them real, the rest
-//! zero), row i of a panel the 64 weights of input i. Names are the
-//! safetensors names without `bert.`, except query, key and value stacked
-//! into one `attention.self.qkv` product (columns: query's, key's, value's)
-//! and `embeddings.token_type_embeddings.0` (type 0's row alone).
+//! zero), row i of a panel the 64 weights of input i. Which tensors, in
+//! which order, under which names, is the architecture's declaration
+//! (tensors.rs, arch/): this file packs the list it is given and names no
+//! tensor. Names are the safetensors names without their prefix (`bert.`,
+//! `roberta.`...), except query, key and value stacked into one product
+//! (BERT's `attention.self.qkv`; columns: query's, key's, value's), BERT's
+//! `embeddings.token_type_embeddings.0` (type 0's row alone), and the
+//! zeros an architecture declares for biases its layers lack.
 //!
 //! A cache is used only when all of it checks: magic, version, length,
-//! the source's size and mtime, the table (against config.json's shapes)
+//! the source's size and mtime, the table (against the architecture's
+//! declaration from config.json)
 //! and the checksum; anything else is rebuilt, never trusted. Writers
 //! serialise on a lock file beside it (`.NAME.lock`, left in place) and
 //! publish by rename of a complete file, so a
 //! mapped cache is never changed under a reader, and racing workers map
 //! the same file.
 
-use super::config::BertConfig;
 use super::error::ModelError;
-use super::matmul::{PANEL, pack_panels};
+use super::layers::linear::{PANEL, pack_panels};
 use super::mmap::{Mapping, Tensor};
+use super::tensors::{Naming, Origin, TensorList};
 use super::weights::SafeTensors;
 use crate::settings::ENV_CACHE_DIR;
 use std::fs::{File, OpenOptions};
@@ -72,16 +77,6 @@ struct Source {
     mtime_ns: u64,
 }
 
-/// Where a tensor comes from in model.safetensors.
-enum From {
-    /// `take` leading floats of a tensor of that shape.
-    Rows(String, Vec<usize>, usize),
-    /// Weights `[n, k]` of these layers, stacked along n, in panels.
-    Panels(Vec<(String, usize)>, usize),
-    /// The same layers' biases, one after the other.
-    Biases(Vec<(String, usize)>),
-}
-
 struct Spec {
     name: String,
     shape: Vec<usize>,
@@ -90,103 +85,34 @@ struct Spec {
     /// Bytes from data_start.
     offset: usize,
     len: usize,
-    from: From,
+    origin: Origin,
 }
 
-/// A spec before its offset: name, shape, panel columns, floats, source.
-type Planned = (String, Vec<usize>, Option<usize>, usize, From);
-
-/// The tensors config.json implies, where each goes, and the table.
+/// The architecture's tensors, where each goes, and the table.
 struct Plan {
     specs: Vec<Spec>,
+    naming: Naming,
     json: String,
     data_start: usize,
     file_len: usize,
 }
 
 impl Plan {
-    fn new(cfg: &BertConfig) -> Plan {
-        let (h, i) = (cfg.hidden, cfg.intermediate);
-        let mut specs: Vec<Planned> = Vec::new();
-        let rows = |name: &str, shape: Vec<usize>| -> Planned {
-            let len = shape.iter().product();
-            let from = From::Rows(name.to_string(), shape.clone(), len);
-            (name.to_string(), shape, None, len, from)
-        };
-        // Token types first: when config.json's hidden size is wrong, the
-        // smallest tensor names it.
-        specs.push((
-            "embeddings.token_type_embeddings.0".into(),
-            vec![h],
-            None,
-            h,
-            From::Rows(
-                "embeddings.token_type_embeddings.weight".into(),
-                vec![cfg.type_vocab, h],
-                h,
-            ),
-        ));
-        specs.push(rows(
-            "embeddings.word_embeddings.weight",
-            vec![cfg.vocab, h],
-        ));
-        specs.push(rows(
-            "embeddings.position_embeddings.weight",
-            vec![cfg.max_position, h],
-        ));
-        let norm = |specs: &mut Vec<Planned>, name: &str| {
-            for part in ["weight", "bias"] {
-                specs.push(rows(&format!("{name}.{part}"), vec![h]));
-            }
-        };
-        let dense = |specs: &mut Vec<Planned>, name: &str, parts: Vec<(String, usize)>, k| {
-            let n: usize = parts.iter().map(|(_, n)| n).sum();
-            let panels = n.div_ceil(PANEL);
-            specs.push((
-                format!("{name}.weight"),
-                vec![panels, k, PANEL],
-                Some(n),
-                panels * k * PANEL,
-                From::Panels(parts.clone(), k),
-            ));
-            specs.push((
-                format!("{name}.bias"),
-                vec![n],
-                None,
-                n,
-                From::Biases(parts),
-            ));
-        };
-        norm(&mut specs, "embeddings.LayerNorm");
-        for l in 0..cfg.layers {
-            let p = format!("encoder.layer.{l}");
-            let one = |name: &str, n| (vec![(name.to_string(), n)], name.to_string());
-            let qkv = ["query", "key", "value"]
-                .map(|w| (format!("{p}.attention.self.{w}"), h))
-                .to_vec();
-            dense(&mut specs, &format!("{p}.attention.self.qkv"), qkv, h);
-            let (parts, name) = one(&format!("{p}.attention.output.dense"), h);
-            dense(&mut specs, &name, parts, h);
-            norm(&mut specs, &format!("{p}.attention.output.LayerNorm"));
-            let (parts, name) = one(&format!("{p}.intermediate.dense"), i);
-            dense(&mut specs, &name, parts, h);
-            let (parts, name) = one(&format!("{p}.output.dense"), h);
-            dense(&mut specs, &name, parts, i);
-            norm(&mut specs, &format!("{p}.output.LayerNorm"));
-        }
+    fn new(list: TensorList) -> Plan {
         let mut offset = 0;
-        let specs: Vec<Spec> = specs
+        let specs: Vec<Spec> = list
+            .tensors
             .into_iter()
-            .map(|(name, shape, columns, len, from)| {
+            .map(|d| {
                 let s = Spec {
-                    name,
-                    shape,
-                    columns,
+                    name: d.name,
+                    shape: d.shape,
+                    columns: d.columns,
                     offset,
-                    len,
-                    from,
+                    len: d.len,
+                    origin: d.origin,
                 };
-                offset += (len * 4).next_multiple_of(ALIGN);
+                offset += (s.len * 4).next_multiple_of(ALIGN);
                 s
             })
             .collect();
@@ -215,6 +141,7 @@ impl Plan {
         let data_start = (FIXED + json.len()).next_multiple_of(PAGE);
         Plan {
             specs,
+            naming: list.naming,
             json,
             data_start,
             file_len: data_start + offset,
@@ -399,7 +326,7 @@ fn build_at(
     if let Ok(map) = try_map(path, plan, source) {
         return Ok((map, false));
     }
-    let st = SafeTensors::open(model).map_err(BuildError::Model)?;
+    let st = SafeTensors::open(model, &plan.naming).map_err(BuildError::Model)?;
     let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
     let written = write(&st, plan, source, &tmp);
@@ -426,13 +353,13 @@ fn write(st: &SafeTensors, plan: &Plan, source: Source, tmp: &Path) -> Result<()
         .map_err(io("cannot create", tmp))?;
     let mut lanes = LANES;
     for s in &plan.specs {
-        let data: Vec<f32> = match &s.from {
-            From::Rows(name, shape, take) => {
+        let data: Vec<f32> = match &s.origin {
+            Origin::Rows { name, shape, take } => {
                 let mut v = st.get(name, shape).map_err(BuildError::Model)?;
                 v.truncate(*take);
                 v
             }
-            From::Panels(parts, k) => {
+            Origin::Panels { parts, k } => {
                 let ws = parts
                     .iter()
                     .map(|(n, cols)| st.get(&format!("{n}.weight"), &[*cols, *k]))
@@ -445,7 +372,7 @@ fn write(st: &SafeTensors, plan: &Plan, source: Source, tmp: &Path) -> Result<()
                     .collect();
                 pack_panels(&sized, *k)
             }
-            From::Biases(parts) => {
+            Origin::Biases(parts) => {
                 let mut v = Vec::with_capacity(s.len);
                 for (n, cols) in parts {
                     v.extend(
@@ -455,6 +382,7 @@ fn write(st: &SafeTensors, plan: &Plan, source: Source, tmp: &Path) -> Result<()
                 }
                 v
             }
+            Origin::Zeros => vec![0.0; s.len],
         };
         assert_eq!(data.len(), s.len, "{} as planned", s.name);
         let mut bytes: Vec<u8> = data.iter().flat_map(|f| f.to_le_bytes()).collect();
@@ -522,7 +450,7 @@ fn name_in_cache_dir(model: &Path) -> String {
 /// folders this user cannot write).
 pub(crate) fn open(
     model: &Path,
-    cfg: &BertConfig,
+    tensors: TensorList,
     cache_dir: Option<&Path>,
 ) -> Result<Packed, ModelError> {
     let file = model.join("model.safetensors");
@@ -530,7 +458,7 @@ pub(crate) fn open(
         Ok(s) => s,
         // The same refusal a read gives (missing, unreadable).
         Err(_) => {
-            SafeTensors::open(model)?;
+            SafeTensors::open(model, &tensors.naming)?;
             return Err(ModelError::new(
                 &file,
                 "cannot be read",
@@ -538,7 +466,7 @@ pub(crate) fn open(
             ));
         }
     };
-    let plan = Plan::new(cfg);
+    let plan = Plan::new(tensors);
     let places: Vec<PathBuf> = match cache_dir {
         Some(d) => vec![d.join(name_in_cache_dir(model))],
         None => vec![

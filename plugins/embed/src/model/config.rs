@@ -1,6 +1,15 @@
-//! The folder's JSON files: `config.json` (the encoder's shape),
-//! `modules.json` (the sentence-transformers pipeline), the pooling module's
-//! `config.json` and `sentence_bert_config.json` (max_seq_length).
+//! The folder's sentence-transformers files: `modules.json` (the
+//! pipeline), the pooling module's `config.json`, `sentence_bert_config.json`
+//! (max_seq_length) and, where that has none, `tokenizer_config.json`
+//! (model_max_length); and the helpers that read JSON fields with a
+//! refusal naming the file. config.json (the encoder) is the
+//! architecture's to read: registry.rs and arch/.
+//!
+//! Both layouts met in the wild are read: sentence-transformers 2.x-5.x's
+//! (`pooling_mode_*_token(s)` booleans, max_seq_length in
+//! sentence_bert_config.json) and 6.x's (`"pooling_mode": "mean"`, modules
+//! typed `sentence_transformers.base.modules...`, max_seq_length left to
+//! the tokenizer's model_max_length).
 
 use super::error::{FIX_REEXPORT, ModelError};
 use serde_json::Value;
@@ -34,32 +43,6 @@ impl Pooling {
             Pooling::LastToken => "lasttoken",
         }
     }
-}
-
-/// The activation of the feed-forward block (`hidden_act`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Activation {
-    /// `gelu`: x * Phi(x) with the exact erf, as BERT uses.
-    GeluErf,
-    /// `gelu_new` / `gelu_pytorch_tanh`: the tanh approximation.
-    GeluTanh,
-    /// `relu`.
-    Relu,
-}
-
-/// What `config.json` says of the encoder.
-#[derive(Debug, Clone)]
-pub(crate) struct BertConfig {
-    pub hidden: usize,
-    pub layers: usize,
-    pub heads: usize,
-    pub intermediate: usize,
-    pub vocab: usize,
-    pub max_position: usize,
-    pub type_vocab: usize,
-    pub eps: f32,
-    pub activation: Activation,
-    pub name_or_path: Option<String>,
 }
 
 /// What the sentence-transformers files say.
@@ -101,7 +84,7 @@ pub(crate) fn read_json(path: &Path) -> Result<Value, ModelError> {
     })
 }
 
-fn field_usize(v: &Value, key: &str, file: &Path) -> Result<usize, ModelError> {
+pub(crate) fn field_usize(v: &Value, key: &str, file: &Path) -> Result<usize, ModelError> {
     match v.get(key) {
         Some(x) => x
             .as_u64()
@@ -122,86 +105,30 @@ fn field_usize(v: &Value, key: &str, file: &Path) -> Result<usize, ModelError> {
     }
 }
 
-pub(crate) fn bert_config(dir: &Path) -> Result<BertConfig, ModelError> {
-    let file = dir.join("config.json");
-    let v = read_json(&file)?;
-    let model_type = v.get("model_type").and_then(Value::as_str).unwrap_or("");
-    if model_type != "bert" {
-        return Err(ModelError::new(
-            &file,
-            format!(
-                "model_type is \"{model_type}\"; this server runs BERT-family encoders \
-                 (model_type \"bert\") only"
-            ),
-            "use a BERT sentence-transformers model such as all-MiniLM-L6-v2",
-        ));
-    }
-    if let Some(pe) = v.get("position_embedding_type").and_then(Value::as_str)
-        && pe != "absolute"
-    {
-        return Err(ModelError::new(
-            &file,
-            format!("position_embedding_type is \"{pe}\"; only \"absolute\" is supported"),
-            "use a BERT model with absolute position embeddings",
-        ));
-    }
-    let act = v
-        .get("hidden_act")
-        .and_then(Value::as_str)
-        .unwrap_or("gelu");
-    let activation = match act {
-        "gelu" => Activation::GeluErf,
-        "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Activation::GeluTanh,
-        "relu" => Activation::Relu,
-        other => {
-            return Err(ModelError::new(
-                &file,
-                format!("hidden_act \"{other}\" is not supported (gelu, gelu_new, relu are)"),
-                "use a BERT model with a gelu or relu feed-forward",
-            ));
-        }
-    };
-    let hidden = field_usize(&v, "hidden_size", &file)?;
-    let heads = field_usize(&v, "num_attention_heads", &file)?;
-    if hidden % heads != 0 {
-        return Err(ModelError::new(
-            &file,
-            format!("hidden_size {hidden} is not a multiple of num_attention_heads {heads}"),
-            FIX_REEXPORT,
-        ));
-    }
-    let eps = match v.get("layer_norm_eps") {
-        None => 1e-12,
+/// config.json's `key`, a small positive float (a norm's epsilon), or
+/// `default` when absent.
+pub(crate) fn field_eps(
+    v: &Value,
+    key: &str,
+    default: f32,
+    file: &Path,
+) -> Result<f32, ModelError> {
+    match v.get(key) {
+        None => Ok(default),
         Some(x) => match x.as_f64() {
-            Some(e) if e > 0.0 && e < 1.0 => e as f32,
-            _ => {
-                return Err(ModelError::new(
-                    &file,
-                    format!("layer_norm_eps is {x}, not a small positive number"),
-                    FIX_REEXPORT,
-                ));
-            }
+            Some(e) if e > 0.0 && e < 1.0 => Ok(e as f32),
+            _ => Err(ModelError::new(
+                file,
+                format!("{key} is {x}, not a small positive number"),
+                FIX_REEXPORT,
+            )),
         },
-    };
-    Ok(BertConfig {
-        hidden,
-        layers: field_usize(&v, "num_hidden_layers", &file)?,
-        heads,
-        intermediate: field_usize(&v, "intermediate_size", &file)?,
-        vocab: field_usize(&v, "vocab_size", &file)?,
-        max_position: field_usize(&v, "max_position_embeddings", &file)?,
-        type_vocab: match v.get("type_vocab_size") {
-            None => 2,
-            Some(_) => field_usize(&v, "type_vocab_size", &file)?,
-        },
-        eps,
-        activation,
-        name_or_path: v
-            .get("_name_or_path")
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned),
-    })
+    }
+}
+
+/// config.json's `key` as a string, if it is one.
+pub(crate) fn field_str<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
+    v.get(key).and_then(Value::as_str)
 }
 
 fn flag(v: &Value, key: &str) -> bool {
@@ -291,12 +218,50 @@ pub(crate) fn pipeline_config(dir: &Path) -> Result<PipelineConfig, ModelError> 
         ("pooling_mode_mean_sqrt_len_tokens", Pooling::MeanSqrtLen),
         ("pooling_mode_lasttoken", Pooling::LastToken),
     ];
-    let on: Vec<Pooling> = modes
+    let mut on: Vec<Pooling> = modes
         .iter()
         .filter(|(k, _)| flag(&p, k))
         .map(|&(_, m)| m)
         .collect();
-    if flag(&p, "pooling_mode_weightedmean_tokens") {
+    // sentence-transformers 6: one "pooling_mode" string (or a list of
+    // them, concatenated) in place of the booleans.
+    let named: Vec<&str> = match p.get("pooling_mode") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(m)) => vec![m.as_str()],
+        Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).collect(),
+        Some(other) => {
+            return Err(ModelError::new(
+                &pooling_file,
+                format!("pooling_mode is {other}, not a mode's name"),
+                FIX_REEXPORT,
+            ));
+        }
+    };
+    let mut weighted = flag(&p, "pooling_mode_weightedmean_tokens");
+    for m in named {
+        let mode = match m {
+            "mean" | "mean_tokens" => Pooling::Mean,
+            "cls" | "cls_token" => Pooling::Cls,
+            "max" | "max_tokens" => Pooling::Max,
+            "mean_sqrt_len_tokens" | "mean_sqrt_len" => Pooling::MeanSqrtLen,
+            "lasttoken" | "last_token" | "last" => Pooling::LastToken,
+            "weightedmean" | "weightedmean_tokens" | "weighted_mean" => {
+                weighted = true;
+                continue;
+            }
+            other => {
+                return Err(ModelError::new(
+                    &pooling_file,
+                    format!("pooling_mode \"{other}\" is not one this server knows"),
+                    "use a model with mean, cls, max or lasttoken pooling",
+                ));
+            }
+        };
+        if !on.contains(&mode) {
+            on.push(mode);
+        }
+    }
+    if weighted {
         return Err(ModelError::new(
             &pooling_file,
             "weighted-mean pooling is not supported",
@@ -308,7 +273,7 @@ pub(crate) fn pipeline_config(dir: &Path) -> Result<PipelineConfig, ModelError> 
         [] => {
             return Err(ModelError::new(
                 &pooling_file,
-                "no pooling_mode_* is true",
+                "no pooling_mode_* is true and no pooling_mode is named",
                 "set exactly one pooling mode, as sentence-transformers saved it",
             ));
         }
@@ -320,9 +285,13 @@ pub(crate) fn pipeline_config(dir: &Path) -> Result<PipelineConfig, ModelError> 
             ));
         }
     };
-    let pooling_dim = match p.get("word_embedding_dimension") {
+    // "embedding_dimension" in sentence-transformers 6.
+    let dim_key = ["word_embedding_dimension", "embedding_dimension"]
+        .into_iter()
+        .find(|k| p.get(*k).is_some_and(|v| !v.is_null()));
+    let pooling_dim = match dim_key {
         None => None,
-        Some(_) => Some(field_usize(&p, "word_embedding_dimension", &pooling_file)?),
+        Some(k) => Some(field_usize(&p, k, &pooling_file)?),
     };
     let sbert = dir.join("sentence_bert_config.json");
     let max_seq_length = if sbert.exists() {
@@ -334,6 +303,13 @@ pub(crate) fn pipeline_config(dir: &Path) -> Result<PipelineConfig, ModelError> 
     } else {
         None
     };
+    // As sentence-transformers: without a max_seq_length the tokenizer's
+    // model_max_length (when it is a real bound, not transformers'
+    // "unbounded" 1e30) caps the input, beside the position table.
+    let max_seq_length = match max_seq_length {
+        Some(n) => Some(n),
+        None => model_max_length(dir)?,
+    };
     Ok(PipelineConfig {
         pooling,
         pooling_dim,
@@ -341,4 +317,18 @@ pub(crate) fn pipeline_config(dir: &Path) -> Result<PipelineConfig, ModelError> 
         normalize,
         max_seq_length,
     })
+}
+
+/// tokenizer_config.json's model_max_length, when the file exists and it
+/// is a bound of sane size.
+fn model_max_length(dir: &Path) -> Result<Option<usize>, ModelError> {
+    let file = dir.join("tokenizer_config.json");
+    if !file.exists() {
+        return Ok(None);
+    }
+    let t = read_json(&file)?;
+    Ok(t.get("model_max_length")
+        .and_then(Value::as_u64)
+        .filter(|&n| n > 0 && n <= 1 << 24)
+        .map(|n| n as usize))
 }

@@ -83,7 +83,7 @@ macro_rules! kernel {
     };
 }
 
-const LANES: usize = 16;
+pub(crate) const LANES: usize = 16;
 
 /// Sum of a slice, 16 lanes at a time.
 #[inline(always)]
@@ -103,7 +103,7 @@ fn sum(x: &[f32]) -> f32 {
 }
 
 #[inline(always)]
-fn hsum(acc: [f32; LANES]) -> f32 {
+pub(crate) fn hsum(acc: [f32; LANES]) -> f32 {
     let mut a = acc;
     let mut w = LANES / 2;
     while w > 0 {
@@ -277,6 +277,27 @@ kernel! {
     }
 }
 
+kernel! {
+    /// Per row of `x` (rows of `g.len()`): out = layer_norm(x) * g + beta,
+    /// x kept (a pre-norm block's input to its sublayer).
+    fn layer_norm_to(out: &mut [f32], x: &[f32], g: &[f32], beta: &[f32], eps: f32) {
+        let n = g.len();
+        for (or, xr) in out.chunks_exact_mut(n).zip(x.chunks_exact(n)) {
+            or.copy_from_slice(xr);
+            layer_norm_row(or, g, beta, eps);
+        }
+    }
+}
+
+kernel! {
+    /// x += y (a pre-norm block's residual).
+    fn add(x: &mut [f32], y: &[f32]) {
+        for (v, y) in x.iter_mut().zip(y) {
+            *v += y;
+        }
+    }
+}
+
 /// In place: s = softmax(s).
 #[inline(always)]
 fn softmax_row(s: &mut [f32]) {
@@ -388,7 +409,7 @@ kernel! {
 /// o[d] = scale * sum over j of p[j] * rows[j * stride + d]: the context of
 /// one query, accumulated in registers 16 lanes (or 32) at a time.
 #[inline(always)]
-fn weighted_rows(o: &mut [f32], p: &[f32], scale: f32, rows: &[f32], stride: usize) {
+pub(crate) fn weighted_rows(o: &mut [f32], p: &[f32], scale: f32, rows: &[f32], stride: usize) {
     let dh = o.len();
     let mut c = 0;
     while c + 2 * LANES <= dh {
@@ -564,6 +585,17 @@ mod tests {
                     let want = ref_ln(&t, &g, &beta, 1e-12);
                     for i in 0..n {
                         assert!((x[r * n + i] - want[i]).abs() < 1e-4, "{isa:?} n={n}");
+                    }
+                }
+                let mut normed = vec![f32::NAN; 3 * n];
+                layer_norm_to(isa, &mut normed, &x0, &g, &beta, 1e-5);
+                let mut summed = x0.clone();
+                add(isa, &mut summed, &y);
+                for r in 0..3 {
+                    let want = ref_ln(&x0[r * n..(r + 1) * n], &g, &beta, 1e-5);
+                    for i in 0..n {
+                        assert!((normed[r * n + i] - want[i]).abs() < 1e-4, "{isa:?} n={n}");
+                        assert_eq!(summed[r * n + i], x0[r * n + i] + y[r * n + i]);
                     }
                 }
                 let mut gl = x0.clone();

@@ -1,5 +1,6 @@
-//! A native, pure-Rust f32 forward pass of a BERT-family sentence-transformers
-//! model (all-MiniLM-L6-v2 and its kin).
+//! A native, pure-Rust f32 forward pass of a sentence-transformers encoder:
+//! BERT (all-MiniLM-L6-v2 and its kin), RoBERTa, XLM-RoBERTa, CamemBERT,
+//! DistilBERT, MPNet and ModernBERT ([`SUPPORTED_MODEL_TYPES`]).
 //!
 //! ```no_run
 //! use m0_embed::model::{LoadOptions, Model};
@@ -30,9 +31,12 @@
 //! tensors, each f32 at `data_start + offset` (64-byte aligned). The
 //! table is `{"format": "m0embed", "version": 1, "panel": 64, "tensors":
 //! [{"name", "shape", "offset", "layout", "columns"}]}`; names are the
-//! safetensors names without `bert.`, except `attention.self.qkv` (query,
-//! key and value stacked along the output) and
-//! `embeddings.token_type_embeddings.0` (type 0's row). `"rows"` tensors
+//! safetensors names without their prefix (`bert.`, `roberta.`...), except
+//! the stacked query, key and value products (BERT's
+//! `attention.self.qkv`, DistilBERT's `attention.qkv_lin`, MPNet's
+//! `attention.attn.qkv`), BERT's
+//! `embeddings.token_type_embeddings.0` (type 0's row), and zeros for the
+//! biases an architecture lacks. `"rows"` tensors
 //! are row-major in `shape`; `"panels"` are a dense layer's `[out, in]`
 //! weight as `[panels, in, 64]`, panel p holding outputs 64p..64p+64
 //! (`columns` of them real, the rest zero).
@@ -67,30 +71,41 @@
 //! own, unmapped when it ends, so a worker's memory after a long batch is
 //! what it runs next, not the longest batch it has seen.
 //!
-//! Its files: `config` (the folder's JSON files), `weights` (safetensors),
-//! `cache` (the packed weights cache, mapped and shared by every worker),
-//! `mmap` (the mappings: shared read-only files, per-pass scratch),
-//! `tokenize` (the tokenizer), `encoder` (the packed forward pass), `matmul`
-//! (the dense products: weights in 64-column panels, an AVX-512 kernel for
-//! small batches, gemm for large ones), `strided` (attention's products for
-//! long sequences, on gemm), `kernels` (SIMD element- and row-wise work,
-//! attention of short sequences), `pooling`, `error`.
+//! Its files, from the top down: `registry` (config.json's model_type ->
+//! the architecture that serves it, or a refusal naming what is served),
+//! `arch/` (one file per architecture behind one trait: its config.json
+//! fields, its tensors declared once, its packed forward pass), `layers/`
+//! (the blocks architectures compose: the dense layer on 64-column panels
+//! with an AVX-512 kernel for small batches and gemm for large ones,
+//! LayerNorm, the packed attention, activations), `kernels` (SIMD
+//! element- and row-wise work, attention of short sequences, picked per
+//! CPU at run time), `strided` (attention's products for long sequences,
+//! on gemm), `tensors` (the declaration an architecture makes of its
+//! weights), `cache` (the packed weights cache written from that
+//! declaration, mapped and shared by every worker), `weights`
+//! (safetensors), `mmap` (the mappings: shared read-only files, per-pass
+//! scratch), `config` (the sentence-transformers files), `tokenize`,
+//! `pooling`, `error`.
 
+mod arch;
 mod cache;
 mod config;
-mod encoder;
 mod error;
+#[macro_use]
 mod kernels;
-mod matmul;
+mod layers;
 mod mmap;
 mod pooling;
+mod registry;
 mod strided;
+mod tensors;
 mod tokenize;
 mod weights;
 
 pub use cache::{FILE_NAME as CACHE_FILE_NAME, VERSION as CACHE_VERSION, checksum};
 pub use config::Pooling;
 pub use error::ModelError;
+pub use registry::SUPPORTED as SUPPORTED_MODEL_TYPES;
 pub use tokenize::{Encoded, Side, TokenSpan, TokenizeError, Tokenizer, TooLong};
 
 use std::path::{Path, PathBuf};
@@ -131,6 +146,9 @@ pub struct ModelInfo {
     /// [`LoadOptions::name`], else the folder's name, else config.json's
     /// `_name_or_path`.
     pub name: String,
+    /// The architecture serving it: config.json's `model_type` (one of
+    /// [`SUPPORTED_MODEL_TYPES`]).
+    pub architecture: &'static str,
     /// Length of an embedding (the hidden size for every pooling supported).
     pub dim: usize,
     /// Encoder layers.
@@ -144,8 +162,9 @@ pub struct ModelInfo {
     /// Vocabulary size (config.json's).
     pub vocab: usize,
     /// The most tokens an input may have, `[CLS]` and `[SEP]` included:
-    /// min(max_seq_length of sentence_bert_config.json,
-    /// max_position_embeddings); the latter alone if the former is absent.
+    /// max_seq_length of sentence_bert_config.json (else tokenizer_config.json's
+    /// model_max_length), within the positions the model has
+    /// (max_position_embeddings, less RoBERTa's two of padding).
     pub max_len: usize,
     /// How token vectors are pooled.
     pub pooling: Pooling,
@@ -172,7 +191,7 @@ pub struct ModelInfo {
 pub struct Model {
     info: ModelInfo,
     tokenizer: Tokenizer,
-    encoder: encoder::Encoder,
+    encoder: Box<dyn arch::Encoder>,
     pool: Option<rayon::ThreadPool>,
     isa: kernels::Isa,
 }
@@ -188,7 +207,7 @@ impl std::fmt::Debug for Model {
 
 /// A folder's JSON files and tokenizer, read: all of it but the weights.
 struct Folder {
-    cfg: config::BertConfig,
+    arch: Box<dyn arch::Architecture>,
     pipe: config::PipelineConfig,
     max_len: usize,
     tokenizer: Tokenizer,
@@ -203,14 +222,15 @@ impl Folder {
                 "point MODEL_DIR at a sentence-transformers model folder",
             ));
         }
-        let cfg = config::bert_config(dir)?;
+        let arch = registry::architecture(dir)?;
         let pipe = config::pipeline_config(dir)?;
+        let dims = arch.dims();
         let max_len = pipe
             .max_seq_length
-            .map_or(cfg.max_position, |s| s.min(cfg.max_position));
-        let tokenizer = Tokenizer::load(dir, max_len, cfg.vocab)?;
+            .map_or(dims.max_tokens, |s| s.min(dims.max_tokens));
+        let tokenizer = Tokenizer::load(dir, max_len, dims.vocab)?;
         Ok(Folder {
-            cfg,
+            arch,
             pipe,
             max_len,
             tokenizer,
@@ -220,11 +240,11 @@ impl Folder {
     /// The pooling module's width against config.json's.
     fn check_pooling_dim(&self) -> Result<(), ModelError> {
         match self.pipe.pooling_dim {
-            Some(d) if d != self.cfg.hidden => Err(ModelError::new(
+            Some(d) if d != self.arch.dims().hidden => Err(ModelError::new(
                 &self.pipe.pooling_file,
                 format!(
                     "word_embedding_dimension is {d}, config.json's hidden_size is {}",
-                    self.cfg.hidden
+                    self.arch.dims().hidden
                 ),
                 error::FIX_REEXPORT,
             )),
@@ -242,18 +262,20 @@ impl Folder {
         let folder = std::fs::canonicalize(dir)
             .ok()
             .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+        let dims = self.arch.dims();
         let name = name
             .or(folder)
-            .or(self.cfg.name_or_path.clone())
+            .or(dims.name_or_path.clone())
             .unwrap_or_else(|| "model".into());
         ModelInfo {
             name,
-            dim: self.cfg.hidden,
-            layers: self.cfg.layers,
-            hidden: self.cfg.hidden,
-            heads: self.cfg.heads,
-            intermediate: self.cfg.intermediate,
-            vocab: self.cfg.vocab,
+            architecture: self.arch.name(),
+            dim: dims.hidden,
+            layers: dims.layers,
+            hidden: dims.hidden,
+            heads: dims.heads,
+            intermediate: dims.intermediate,
+            vocab: dims.vocab,
             max_len: self.max_len,
             pooling: self.pipe.pooling,
             normalize: self.pipe.normalize,
@@ -291,15 +313,16 @@ impl Model {
     /// [`ModelInfo::weights_file`] says where it is.
     ///
     /// Refuses, naming the file at fault and the fix: a missing file, a
-    /// model_type other than `bert`, a pipeline with modules other than
+    /// model_type not in [`SUPPORTED_MODEL_TYPES`] (or one that needs
+    /// trust_remote_code), a pipeline with modules other than
     /// Transformer, Pooling and Normalize, tensors whose shapes disagree
-    /// with config.json (names with or without a `bert.` prefix are both
-    /// read), a damaged file.
+    /// with config.json (names with or without the architecture's prefix,
+    /// `bert.` say, are both read), a damaged file.
     pub fn load(dir: &Path, opts: LoadOptions) -> Result<Model, ModelError> {
         let folder = Folder::open(dir)?;
         let isa = kernels::Isa::detect();
-        let packed = cache::open(dir, &folder.cfg, opts.cache_dir.as_deref())?;
-        let encoder = encoder::Encoder::load(&packed, &folder.cfg, folder.max_len, isa);
+        let packed = cache::open(dir, folder.arch.tensors(), opts.cache_dir.as_deref())?;
+        let encoder = folder.arch.encoder(&packed, folder.max_len, isa);
         // After the weights: when config.json disagrees with them, the
         // tensors' shapes tell more than the pooling module does.
         folder.check_pooling_dim()?;

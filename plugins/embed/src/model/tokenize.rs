@@ -1,6 +1,12 @@
 //! The model's own `tokenizer.json`, through the `tokenizers` crate, with
 //! its padding removed (sequences are packed, never padded) and its
 //! truncation replaced by the model's max_len.
+//!
+//! Whatever the family's tokenizer is (WordPiece with `[CLS]`/`[SEP]`,
+//! SentencePiece Unigram with Metaspace or byte-level BPE with `<s>`/`</s>`
+//! for the RoBERTa family), tokenizer.json describes it whole and the
+//! `tokenizers` crate runs it; the docs below say `[CLS]` and `[SEP]` for
+//! whatever special tokens its post-processor adds.
 
 use super::error::ModelError;
 use std::fmt;

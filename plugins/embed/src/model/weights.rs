@@ -7,6 +7,7 @@
 
 use super::error::{FIX_REEXPORT, ModelError};
 use super::mmap::Mapping;
+use super::tensors::Naming;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -50,7 +51,7 @@ pub(crate) struct SafeTensors {
     data: Bytes,
     base: usize,
     entries: HashMap<String, Entry>,
-    /// `"bert."` when the names carry the prefix, else `""`.
+    /// The prefix the names carry (`"bert."`, say), else `""`.
     prefix: &'static str,
 }
 
@@ -64,7 +65,8 @@ fn bad(file: &Path, message: String) -> ModelError {
 }
 
 impl SafeTensors {
-    pub(crate) fn open(dir: &Path) -> Result<SafeTensors, ModelError> {
+    /// The file of `dir`, its names read as `naming` says.
+    pub(crate) fn open(dir: &Path, naming: &Naming) -> Result<SafeTensors, ModelError> {
         let file = dir.join("model.safetensors");
         // Mapped, not read: the bytes are converted once into the cache and
         // never held on this process's heap. An empty file cannot be
@@ -93,15 +95,20 @@ impl SafeTensors {
                 ));
             }
         };
-        Self::parse(file, data)
+        Self::parse(file, data, naming)
     }
 
     #[cfg(test)]
     fn parse_vec(file: PathBuf, data: Vec<u8>) -> Result<SafeTensors, ModelError> {
-        Self::parse(file, Bytes::Heap(data))
+        let bert = Naming {
+            arch: "bert",
+            anchor: "embeddings.word_embeddings.weight".into(),
+            prefixes: &["bert."],
+        };
+        Self::parse(file, Bytes::Heap(data), &bert)
     }
 
-    fn parse(file: PathBuf, bytes: Bytes) -> Result<SafeTensors, ModelError> {
+    fn parse(file: PathBuf, bytes: Bytes, naming: &Naming) -> Result<SafeTensors, ModelError> {
         let data = bytes.get();
         let Some(len) = data.get(..8) else {
             return Err(bad(&file, format!("is {} bytes, too short", data.len())));
@@ -199,15 +206,34 @@ impl SafeTensors {
                 },
             );
         }
-        let prefix = if entries.contains_key("embeddings.word_embeddings.weight") {
+        let anchor = &naming.anchor;
+        let prefix = if entries.contains_key(anchor.as_str()) {
             ""
-        } else if entries.contains_key("bert.embeddings.word_embeddings.weight") {
-            "bert."
+        } else if let Some(p) = naming
+            .prefixes
+            .iter()
+            .copied()
+            .find(|p| entries.contains_key(&format!("{p}{anchor}")))
+        {
+            p
         } else {
+            let with: Vec<String> = naming
+                .prefixes
+                .iter()
+                .map(|p| format!("{p}{anchor}"))
+                .collect();
             return Err(ModelError::new(
                 &file,
-                "has no embeddings.word_embeddings.weight (nor bert.embeddings...): not \
-                 a BERT encoder's weights",
+                format!(
+                    "has no {anchor}{}: not the weights of a {} encoder, as config.json's \
+                     model_type says",
+                    if with.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (nor {})", with.join(", "))
+                    },
+                    naming.arch
+                ),
                 FIX_REEXPORT,
             ));
         };
@@ -220,7 +246,7 @@ impl SafeTensors {
         })
     }
 
-    /// The tensor `name` (without the optional `bert.` prefix) as f32, after
+    /// The tensor `name` (without the file's prefix) as f32, after
     /// checking that its shape is `shape`.
     pub(crate) fn get(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, ModelError> {
         let full = format!("{}{name}", self.prefix);

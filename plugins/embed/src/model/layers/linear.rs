@@ -1,4 +1,4 @@
-//! The dense layers' products, `out = a x W + b`.
+//! The dense layer, `out = a x W + b`: every architecture's projections.
 //!
 //! Weights are packed once into panels of [`PANEL`] output columns:
 //! `[n / PANEL][k][PANEL]`, each panel one contiguous run of memory (in
@@ -14,8 +14,8 @@
 //!
 //! Panels are split over the call's threads (disjoint output columns).
 
-use super::kernels::Isa;
-use super::mmap::Tensor;
+use crate::model::kernels::Isa;
+use crate::model::mmap::Tensor;
 
 /// Output columns per panel: four AVX-512 vectors.
 pub(crate) const PANEL: usize = 64;

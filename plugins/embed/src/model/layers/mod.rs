@@ -1,0 +1,48 @@
+//! The blocks every architecture composes (arch/): the dense layer on its
+//! panels, LayerNorm, the packed attention, the activations, and the
+//! blocks beyond BERT's: `rotary` (ModernBERT's rotary position embedding
+//! of queries and keys), `window` (attention of one sequence and one head
+//! over a band of keys: ModernBERT's sliding layers, and MPNet's biased
+//! scores), `relative_bias` (MPNet's T5-style relative position buckets and
+//! their per-head bias), `geglu` (ModernBERT's gated feed-forward
+//! activation); `fixtures` (tests: those four composed into naive
+//! ModernBERT and MPNet passes reproduce the tiny fixtures'
+//! sentence-transformers vectors). They know shapes and kernels, never an
+//! architecture's tensor names or config; each architecture file puts them
+//! together in its own forward pass.
+//!
+//! Every block runs over a packed batch: the sequences' tokens one after
+//! another, `[tokens, width]` rows, no padding, with the instruction set
+//! [`super::kernels::Isa`] picked at load.
+
+pub(crate) mod activation;
+pub(crate) mod attention;
+#[cfg(test)]
+mod fixtures;
+pub(crate) mod geglu;
+pub(crate) mod linear;
+pub(crate) mod norm;
+pub(crate) mod relative_bias;
+pub(crate) mod rotary;
+pub(crate) mod window;
+
+/// Runs `f(rows, first_row)` over `a` (rows of `row` floats) cut into
+/// `threads` runs of whole rows, in parallel on the current rayon pool when
+/// `threads` > 1.
+pub(crate) fn for_rows(
+    threads: usize,
+    a: &mut [f32],
+    row: usize,
+    f: impl Fn(&mut [f32], usize) + Sync,
+) {
+    let m = a.len() / row.max(1);
+    if threads <= 1 || m < 2 {
+        f(a, 0);
+        return;
+    }
+    let per = m.div_ceil(threads);
+    use rayon::prelude::*;
+    a.par_chunks_mut(per * row)
+        .enumerate()
+        .for_each(|(i, rows)| f(rows, i * per));
+}
