@@ -15,70 +15,16 @@ use serde_json::{Value, json};
 
 use crate::support;
 use crate::support::embed::{
-    Reference, batch_counts, burst, check_replies, cosine, embed_doctor, fire, post, reference,
+    batch_counts, burst, check_replies, cosine, embed_doctor, fire, post, reference,
     stop_and_read_batching, vectors,
 };
-use crate::support::embed::{minilm, serve_dir};
+use crate::support::embed::{check_alone_and_mixed, embeddable, minilm, serve_dir};
 use crate::support::test_dir::{TestDir, link_tree};
 use crate::support::venv;
 use crate::support::{Client, Server, command, plugin};
 
 fn serve(extra: &[&str]) -> Server {
     serve_dir(&minilm(), extra, &[])
-}
-
-/// Every reference sentence but the empty one (refused: see below).
-fn embeddable(r: &Reference) -> Vec<usize> {
-    (0..r.sentences.len())
-        .filter(|&i| !r.sentences[i].is_empty())
-        .collect()
-}
-
-fn check_alone_and_mixed(s: &Server, r: &Reference) {
-    let mut c = Client::connect(s.addr);
-    for i in embeddable(r) {
-        let (status, v, _) = post(
-            &mut c,
-            "/embed",
-            &json!({"inputs": r.sentences[i], "truncate": true}),
-        );
-        assert_eq!(status, 200, "{v}");
-        let got = vectors(&v);
-        assert_eq!(got.len(), 1);
-        let cos = cosine(&got[0], &r.embeddings[i]);
-        assert!(cos >= 0.9999, "sentence {i} alone: cosine {cos}");
-    }
-    // Concurrently, each request a batch of mixed lengths in its own order.
-    let ids = embeddable(r);
-    std::thread::scope(|scope| {
-        for t in 0..4usize {
-            let ids = &ids;
-            scope.spawn(move || {
-                let mut c = Client::connect(s.addr);
-                for round in 0..3usize {
-                    let pick: Vec<usize> = ids
-                        .iter()
-                        .copied()
-                        .filter(|i| (i + t + round) % 3 != 0)
-                        .rev()
-                        .collect();
-                    let inputs: Vec<&str> = pick.iter().map(|&i| r.sentences[i].as_str()).collect();
-                    let (status, v, _) = post(
-                        &mut c,
-                        "/embed",
-                        &json!({"inputs": inputs, "truncate": true}),
-                    );
-                    assert_eq!(status, 200, "{v}");
-                    let got = vectors(&v);
-                    assert_eq!(got.len(), pick.len());
-                    for (g, &i) in got.iter().zip(&pick) {
-                        let cos = cosine(g, &r.embeddings[i]);
-                        assert!(cos >= 0.9999, "sentence {i} in a batch: cosine {cos}");
-                    }
-                }
-            });
-        }
-    });
 }
 
 #[test]

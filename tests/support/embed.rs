@@ -46,8 +46,14 @@ impl Reference {
     }
 }
 
+/// all-MiniLM-L6-v2's reference, tests/data/minilm_reference.json.
 pub fn reference() -> Reference {
-    let path = super::repo_root().join("tests/data/minilm_reference.json");
+    reference_at(&super::repo_root().join("tests/data/minilm_reference.json"))
+}
+
+/// A reference file in minilm_reference.json's format (the families'
+/// reference.json files hold the same keys and more).
+pub fn reference_at(path: &Path) -> Reference {
     let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let rows = |k: &str| vectors(&v[k]);
     Reference {
@@ -335,4 +341,61 @@ pub fn openai_vectors(v: &Value) -> Vec<Vec<f64>> {
                 .collect()
         })
         .collect()
+}
+
+/// Every reference sentence but the empty one (TEI refuses it).
+pub fn embeddable(r: &Reference) -> Vec<usize> {
+    (0..r.sentences.len())
+        .filter(|&i| !r.sentences[i].is_empty())
+        .collect()
+}
+
+/// Every embeddable sentence of `r` alone, then four clients at once, each
+/// sending three batches of mixed lengths in its own order: every vector
+/// at cosine >= 0.9999 to the reference.
+pub fn check_alone_and_mixed(s: &Server, r: &Reference) {
+    let mut c = Client::connect(s.addr);
+    for i in embeddable(r) {
+        let (status, v, _) = post(
+            &mut c,
+            "/embed",
+            &json!({"inputs": r.sentences[i], "truncate": true}),
+        );
+        assert_eq!(status, 200, "{v}");
+        let got = vectors(&v);
+        assert_eq!(got.len(), 1);
+        let cos = cosine(&got[0], &r.embeddings[i]);
+        assert!(cos >= 0.9999, "sentence {i} alone: cosine {cos}");
+    }
+    // Concurrently, each request a batch of mixed lengths in its own order.
+    let ids = embeddable(r);
+    std::thread::scope(|scope| {
+        for t in 0..4usize {
+            let ids = &ids;
+            scope.spawn(move || {
+                let mut c = Client::connect(s.addr);
+                for round in 0..3usize {
+                    let pick: Vec<usize> = ids
+                        .iter()
+                        .copied()
+                        .filter(|i| (i + t + round) % 3 != 0)
+                        .rev()
+                        .collect();
+                    let inputs: Vec<&str> = pick.iter().map(|&i| r.sentences[i].as_str()).collect();
+                    let (status, v, _) = post(
+                        &mut c,
+                        "/embed",
+                        &json!({"inputs": inputs, "truncate": true}),
+                    );
+                    assert_eq!(status, 200, "{v}");
+                    let got = vectors(&v);
+                    assert_eq!(got.len(), pick.len());
+                    for (g, &i) in got.iter().zip(&pick) {
+                        let cos = cosine(g, &r.embeddings[i]);
+                        assert!(cos >= 0.9999, "sentence {i} in a batch: cosine {cos}");
+                    }
+                }
+            });
+        }
+    });
 }
