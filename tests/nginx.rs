@@ -262,7 +262,7 @@ fn stop(mut s: Server) {
 
 #[test]
 fn rolling_restarts_behind_nginx_fail_no_request() {
-    let _serial = support::serial();
+    let _serial = support::one_at_a_time();
     let (mut a, mut b) = (instance(0), instance(0));
     let (pa, pb) = (a.addr.port(), b.addr.port());
     let proxy = nginx(pa, pb);
@@ -299,7 +299,7 @@ fn rolling_restarts_behind_nginx_fail_no_request() {
 
 #[test]
 fn a_killed_instance_fails_at_most_the_request_in_flight() {
-    let _serial = support::serial();
+    let _serial = support::one_at_a_time();
     let (a, b) = (instance(0), instance(0));
     let (pa, pb) = (a.addr.port(), b.addr.port());
     let proxy = nginx(pa, pb);

@@ -71,7 +71,7 @@ fn fail(cmd: Command) -> (Option<i32>, String) {
 
 #[test]
 fn the_numpy_backend_matches_the_reference_batched_and_not_in_fork_and_spawn_workers() {
-    let _serial = support::serial();
+    let _serial = support::one_at_a_time();
     let r = reference();
     let probes = burst(&r);
     for mode in [
@@ -107,7 +107,7 @@ fn the_numpy_backend_matches_the_reference_batched_and_not_in_fork_and_spawn_wor
 
 #[test]
 fn sighup_replaces_the_workers_without_a_failed_request() {
-    let _serial = support::serial();
+    let _serial = support::one_at_a_time();
     let s = serve_numpy(&["--workers", "2"]);
     let body = json!({"inputs": "a sentence to embed"}).to_string();
     let request = format!(
@@ -121,7 +121,7 @@ fn sighup_replaces_the_workers_without_a_failed_request() {
 
 #[test]
 fn sigterm_drains_the_requests_in_flight_and_exits_0() {
-    let _serial = support::serial();
+    let _serial = support::one_at_a_time();
     let r = reference();
     // The drain waits for the passes however long a busy box makes them
     // (six requests of every sentence once took more than the default 30 s
@@ -140,7 +140,7 @@ fn sigterm_drains_the_requests_in_flight_and_exits_0() {
 
 #[test]
 fn a_backend_that_cannot_be_imported_exits_1_with_its_traceback_once_before_binding() {
-    let _serial = support::serial();
+    let _serial = support::one_at_a_time();
     let (code, log) = fail(pyembed(
         &test_backends(),
         "broken_backend",
@@ -190,7 +190,7 @@ fn a_backend_that_cannot_be_imported_exits_1_with_its_traceback_once_before_bind
 
 #[test]
 fn a_forward_pass_that_raises_answers_424_and_the_worker_serves_the_next() {
-    let _serial = support::serial();
+    let _serial = support::one_at_a_time();
     let r = reference();
     let s = Server::start_cmd(pyembed(
         &test_backends(),
@@ -272,7 +272,7 @@ fn doctor(env: &[(&str, &str)]) -> (Option<i32>, Value) {
 
 #[test]
 fn doctor_reports_python_the_model_and_the_backend() {
-    let _serial = support::serial();
+    let _serial = support::one_at_a_time();
     let (code, j) = doctor(&[]);
     assert_eq!(code, Some(0), "{j:#}");
     embed::check_pyembed_doctor(&j, "numpy_minilm", "numpy", "embed-venv", false);
@@ -296,7 +296,7 @@ fn doctor_reports_python_the_model_and_the_backend() {
 /// backend gives pooled vectors only.
 #[test]
 fn tokenize_and_timing_headers_work_and_embed_all_answers_501() {
-    let _serial = support::serial();
+    let _serial = support::one_at_a_time();
     let s = serve_numpy(&[]);
     let mut c = Client::connect(s.addr);
     let (status, v, _) = post(&mut c, "/tokenize", &json!({"inputs": "hi"}));

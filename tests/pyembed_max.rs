@@ -164,7 +164,7 @@ fn serve_max(flags: &[&str], workers: usize) -> Server {
 /// load with no failed request, the burst on the new workers, a SIGTERM
 /// that answers the requests in flight and exits 0.
 fn scenarios(mode: &[&str]) {
-    let _serial = support::serial();
+    let _serial = support::one_at_a_time();
     let r = reference();
     let probes = burst(&r);
     let flags = [&["--workers", "2"][..], mode].concat();
@@ -237,7 +237,7 @@ fn the_max_backend_in_spawned_workers_matches_the_reference_through_sighup_and_s
 
 #[test]
 fn doctor_reports_the_max_backend_in_fork_and_spawn_mode() {
-    let _serial = support::serial();
+    let _serial = support::one_at_a_time();
     for mode in [&[][..], &["--spawn-workers"]] {
         let mut cmd = pyembed_max(mode);
         let (code, j) = support::doctor_json(&cmd.arg("--doctor").output().expect("run --doctor"));

@@ -134,7 +134,7 @@ fn the_readmes_commands_are_found_and_classified() {
 
 #[test]
 fn the_readmes_commands_work_in_the_order_written() {
-    let _serial = support::serial();
+    let _serial = support::one_at_a_time();
     let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
     let mut running: Option<(Server, String)> = None;
     for line in sh_commands(&readme) {

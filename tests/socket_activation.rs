@@ -59,7 +59,7 @@ fn get(addr: SocketAddr) -> String {
 
 #[test]
 fn an_adopted_listener_survives_a_restart_and_refuses_no_connection() {
-    let _serial = support::serial();
+    let _serial = support::one_at_a_time();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     for mode in ["", "--spawn-workers"] {
@@ -116,7 +116,7 @@ fn a_socket_unit_that_passes_anything_but_one_listener_is_refused_with_78() {
 /// the server with the socket.
 #[test]
 fn systemd_socket_activate_starts_the_server_with_its_socket() {
-    let _serial = support::serial();
+    let _serial = support::one_at_a_time();
     let activate = support::tools::system_tool("systemd-socket-activate");
     // The activator cannot be told port 0 and say which it got: a free
     // port is found, and another one tried if some other test took it

@@ -11,7 +11,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-pub use turns::serial;
+pub use turns::{one_at_a_time, serial};
 
 pub mod embed;
 pub mod test_dir;

@@ -110,3 +110,12 @@ impl Drop for Ticket {
         }
     }
 }
+
+/// Tests that only use a lot of CPU or time (an interpreter's imports, a
+/// model compiled, a README run end to end), and measure nothing, take
+/// turns among themselves but share the box with the others: a measuring
+/// test still waits for their servers, and they for it.
+pub fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static TURN: Mutex<()> = Mutex::new(());
+    TURN.lock().unwrap_or_else(|e| e.into_inner())
+}
