@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use m0_embed::model::{LoadOptions, Model, ModelError, Pooling, SUPPORTED_MODEL_TYPES};
 
-use crate::common::{TempDir, copy_dir, cosine, max_abs_diff, rows, venv};
+use crate::common::{TempDir, copy_dir, cosine, id_rows, max_abs_diff, rows, strings, venv};
 
 struct Reference {
     model_type: String,
@@ -42,24 +42,8 @@ fn reference(dir: &Path) -> Reference {
             other => panic!("pooling {other}"),
         },
         normalize: v["normalize"].as_bool().unwrap(),
-        sentences: v["sentences"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| s.as_str().unwrap().to_owned())
-            .collect(),
-        ids: v["ids"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| {
-                r.as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|x| x.as_u64().unwrap() as u32)
-                    .collect()
-            })
-            .collect(),
+        sentences: strings(&v["sentences"]),
+        ids: id_rows(&v["ids"]),
         embeddings: rows(&v["embeddings"]),
         unnormalized: rows(&v["unnormalized"]),
     }

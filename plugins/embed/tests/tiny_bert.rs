@@ -5,7 +5,7 @@
 
 use m0_embed::model::{LoadOptions, Model, Pooling, TokenizeError, TooLong};
 
-use crate::common::{cosine, max_abs_diff, rows, tiny_bert};
+use crate::common::{cosine, id_rows, max_abs_diff, rows, strings, tiny_bert};
 
 struct Reference {
     sentences: Vec<String>,
@@ -18,24 +18,8 @@ fn reference(dir: &std::path::Path) -> Reference {
         serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap())
             .unwrap();
     Reference {
-        sentences: v["sentences"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| s.as_str().unwrap().to_owned())
-            .collect(),
-        ids: v["ids"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| {
-                r.as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|x| x.as_u64().unwrap() as u32)
-                    .collect()
-            })
-            .collect(),
+        sentences: strings(&v["sentences"]),
+        ids: id_rows(&v["ids"]),
         embeddings: rows(&v["embeddings"]),
     }
 }

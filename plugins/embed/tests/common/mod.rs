@@ -56,6 +56,30 @@ pub fn tiny_bert(args: &[&str]) -> TempDir {
     dir
 }
 
+/// A reference file's list of strings (its `sentences`).
+pub fn strings(v: &serde_json::Value) -> Vec<String> {
+    v.as_array()
+        .expect("a list of strings")
+        .iter()
+        .map(|s| s.as_str().expect("a string").to_owned())
+        .collect()
+}
+
+/// A reference file's token ids, a list per sentence.
+pub fn id_rows(v: &serde_json::Value) -> Vec<Vec<u32>> {
+    v.as_array()
+        .expect("a list of id lists")
+        .iter()
+        .map(|r| {
+            r.as_array()
+                .expect("a list of ids")
+                .iter()
+                .map(|x| x.as_u64().expect("an id") as u32)
+                .collect()
+        })
+        .collect()
+}
+
 pub fn rows(v: &serde_json::Value) -> Vec<Vec<f32>> {
     v.as_array()
         .expect("a list of rows")
