@@ -493,28 +493,7 @@ kernel! {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn erf64(x: f64) -> f64 {
-        // Series for small |x|, continued fraction beyond: a reference
-        // independent of the A&S formula under test.
-        if x.abs() < 2.5 {
-            let mut term = x;
-            let mut s = x;
-            for n in 1..200 {
-                term *= -x * x / n as f64;
-                s += term / (2 * n + 1) as f64;
-            }
-            s * 2.0 / std::f64::consts::PI.sqrt()
-        } else {
-            let a = x.abs();
-            let mut f = 0.0;
-            for k in (1..60).rev() {
-                f = (k as f64 / 2.0) / (a + f);
-            }
-            let erfc = (-a * a).exp() / std::f64::consts::PI.sqrt() / (a + f);
-            (1.0 - erfc).copysign(x)
-        }
-    }
+    use crate::model::test_support::{erf64, noise};
 
     #[test]
     fn exp_and_erf_are_accurate() {
@@ -554,18 +533,6 @@ mod tests {
             .zip(b)
             .map(|((&v, &g), &b)| {
                 ((v as f64 - mean) / (var + eps as f64).sqrt() * g as f64 + b as f64) as f32
-            })
-            .collect()
-    }
-
-    fn noise(n: usize, seed: u32) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 17;
-                s ^= s << 5;
-                (s as f32 / u32::MAX as f32) * 4.0 - 2.0
             })
             .collect()
     }

@@ -99,6 +99,8 @@ mod pooling;
 mod registry;
 mod strided;
 mod tensors;
+#[cfg(test)]
+mod test_support;
 mod tokenize;
 mod weights;
 

@@ -235,18 +235,7 @@ impl Attention {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn noise(n: usize, seed: u32) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 17;
-                s ^= s << 5;
-                (s as f32 / u32::MAX as f32) * 4.0 - 2.0
-            })
-            .collect()
-    }
+    use crate::model::test_support::noise;
 
     /// The definition in f64: softmax(q k^T / sqrt(dh) + bias, masked) v.
     fn reference(

@@ -16,6 +16,7 @@ use super::relative_bias::RelativeBias;
 use super::rotary::{Rotary, positions};
 use super::window::attention_head_banded;
 use crate::model::kernels::{self, Isa, padded};
+use crate::model::test_support::isas;
 use serde_json::Value;
 use std::collections::HashMap;
 
@@ -116,18 +117,6 @@ fn attention<'a>(
         }
     }
     ctx
-}
-
-/// The instruction sets to test, saying which this CPU cannot run.
-fn isas() -> Vec<Isa> {
-    let all = Isa::all_supported();
-    if !all.contains(&Isa::Avx512) {
-        eprintln!("skipped: the AVX-512 kernels (this CPU lacks avx512f)");
-    }
-    if !all.contains(&Isa::Avx2) {
-        eprintln!("skipped: the AVX2 kernels (this CPU lacks avx2 or fma)");
-    }
-    all
 }
 
 fn add(x: &mut [f32], y: &[f32]) {

@@ -119,18 +119,7 @@ kernel! {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The instruction sets to test, saying which this CPU cannot run.
-    fn isas() -> Vec<Isa> {
-        let all = Isa::all_supported();
-        if !all.contains(&Isa::Avx512) {
-            eprintln!("skipped: the AVX-512 kernels (this CPU lacks avx512f)");
-        }
-        if !all.contains(&Isa::Avx2) {
-            eprintln!("skipped: the AVX2 kernels (this CPU lacks avx2 or fma)");
-        }
-        all
-    }
+    use crate::model::test_support::isas;
 
     /// Where each bucket starts, for n = i - j >= 0, as transformers 5.25's
     /// `MPNetEncoder.relative_position_bucket` (torch 2.15) gives them over

@@ -115,30 +115,7 @@ kernel! {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The instruction sets to test, saying which this CPU cannot run.
-    fn isas() -> Vec<Isa> {
-        let all = Isa::all_supported();
-        if !all.contains(&Isa::Avx512) {
-            eprintln!("skipped: the AVX-512 kernels (this CPU lacks avx512f)");
-        }
-        if !all.contains(&Isa::Avx2) {
-            eprintln!("skipped: the AVX2 kernels (this CPU lacks avx2 or fma)");
-        }
-        all
-    }
-
-    fn noise(n: usize, seed: u32) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 17;
-                s ^= s << 5;
-                (s as f32 / u32::MAX as f32) * 4.0 - 2.0
-            })
-            .collect()
-    }
+    use crate::model::test_support::{isas, noise};
 
     /// The definition with a mask, as transformers' eager attention: scores
     /// scaled, the bias added, keys outside |i - j| <= half at -inf,
