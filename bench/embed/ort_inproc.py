@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
 """The in-process anchor of the embed benchmark: ONNX Runtime's CPU provider, called from
-Python, on the fp32 graph that export_onnx.py builds (made first if it is missing).
+Python, on the fp32 graph that export_onnx.py builds (made first if it is missing); with
+--model mpnet, all-mpnet-base-v2's from export_mpnet_onnx.py (the embed_families scenario's).
 
-    bench/.venv/bin/python bench/embed/ort_inproc.py [--threads 1,2] [--batch 1,32]
-                                                     [--duration S] [--warmup S]
+    bench/.venv/bin/python bench/embed/ort_inproc.py [--model minilm|mpnet] [--threads 1,2]
+                                                     [--batch 1,32] [--duration S] [--warmup S]
 
 Per configuration (intra_op_num_threads x sentences per call) it calls the model back to
 back for --duration seconds after --warmup, over the 64 held-out sentences of
 bench/embed/sentences.json: batch 1 cycles through them one per call, batch 32 sends
 sentences 0-31 then 32-63. One call is what a server must do for a request: tokenize
-(tokenizers, padded to the longest of the call, cut at 256) and session.run, returning the
-normalized [batch, 384] embeddings. One thread runs pinned to CPU 0 (inter_op 1), two
-threads unpinned.
+(tokenizers, padded to the longest of the call, cut at max_seq_length: 256 for MiniLM, 384
+for MPNet) and session.run, returning the normalized [batch, hidden] embeddings. One thread
+runs pinned to CPU 0 (inter_op 1), two threads unpinned.
 
 Printed per configuration, on stderr for people and as one JSON object per line on stdout
 for bench/scenarios/embed.py:
@@ -19,8 +20,9 @@ for bench/scenarios/embed.py:
     p50, p99         latency of one call (ms)
     cpu              process CPU time (all threads, user+system) / wall, % of one core;
                      ORT's pool threads spin a little after each call, which counts here
-    gflops           FLOPs of the real tokens / wall, with minilm.flops(): per sentence of n
-                     tokens 6 x n x (2 x (4 x 384^2 + 2 x 384 x 1536) + 2 x 2 x n x 384);
+    gflops           FLOPs of the real tokens / wall, with minilm.flops() (mpnet.flops()): per
+                     sentence of n tokens 6 x n x (2 x (4 x 384^2 + 2 x 384 x 1536) + 2 x 2 x n x 384)
+                     for MiniLM, 12 x n x (2 x (4 x 768^2 + 2 x 768 x 3072) + 2 x 2 x n x 768) for MPNet;
                      padding is not counted, so padded work shows as a lower rate
     other            the most CPU (% of one core) the rest of the machine used meanwhile
 """
@@ -40,6 +42,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import minilm  # noqa: E402
+import mpnet  # noqa: E402
+
+# --model: the module that knows the model's folder, tokenizer and FLOPs.
+MODELS = {"minilm": minilm, "mpnet": mpnet}
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -66,19 +72,18 @@ def session(path: Path, threads: int):
     return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
 
-def measure(sess, tok, sentences: list[str], batch: int, duration: float, warmup: float) -> dict:
+def measure(model, sess, tok, sentences: list[str], batch: int, duration: float, warmup: float) -> dict:
     if batch == 1:
         calls = [[s] for s in sentences]
     else:
         calls = [sentences[i:i + batch] for i in range(0, len(sentences) - batch + 1, batch)]
     # Real tokens of each call (the same tokenizer as the timed path).
-    call_flops = [sum(minilm.flops(sum(e.attention_mask)) for e in tok.encode_batch(c)) for c in calls]
+    call_flops = [sum(model.flops(sum(e.attention_mask)) for e in tok.encode_batch(c)) for c in calls]
+    names = [i.name for i in sess.get_inputs()]       # MPNet's graph has no token_type_ids
 
     def one(c):
-        ids, mask, tt = minilm.encode_batch(tok, c)
-        out = sess.run(["sentence_embedding"], {"input_ids": ids, "attention_mask": mask,
-                                                "token_type_ids": tt})[0]
-        assert out.shape == (len(c), minilm.HIDDEN)
+        out = sess.run(["sentence_embedding"], dict(zip(names, model.encode_batch(tok, c))))[0]
+        assert out.shape == (len(c), model.HIDDEN)
         return out
 
     end = time.perf_counter() + warmup
@@ -119,7 +124,9 @@ def measure(sess, tok, sentences: list[str], batch: int, duration: float, warmup
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--onnx", type=Path, default=minilm.DEFAULT_ONNX)
+    ap.add_argument("--model", choices=sorted(MODELS), default="minilm",
+                    help="all-MiniLM-L6-v2 (default) or all-mpnet-base-v2")
+    ap.add_argument("--onnx", type=Path, help="the graph (default: the model's under bench/out/embed)")
     ap.add_argument("--threads", default="1,2", help="intra_op_num_threads values (default 1,2)")
     ap.add_argument("--batch", default="1,32", help="sentences per call (default 1,32)")
     ap.add_argument("--duration", type=float, default=10.0, help="measured seconds per configuration")
@@ -128,22 +135,25 @@ def main() -> int:
     ap.add_argument("--describe", action="store_true",
                     help="print the sentences' token counts and FLOPs as one JSON line, and exit")
     args = ap.parse_args()
+    model = MODELS[args.model]
+    onnx_path = args.onnx or model.DEFAULT_ONNX
 
     if args.describe:
-        tok = minilm.tokenizer()
+        tok = model.tokenizer()
         sentences = json.loads(minilm.SENTENCES.read_text())["sentences"]
         tokens = [sum(e.attention_mask) for e in tok.encode_batch(sentences)]
         print(json.dumps({"sentences": len(sentences), "tokens": tokens,
-                          "flops": [minilm.flops(n) for n in tokens]}))
+                          "flops": [model.flops(n) for n in tokens]}))
         return 0
 
-    if not args.onnx.exists():
-        r = subprocess.run([sys.executable, str(minilm.HERE / "export_onnx.py"), "--out", str(args.onnx)],
+    if not onnx_path.exists():
+        export = "export_onnx.py" if model is minilm else "export_mpnet_onnx.py"
+        r = subprocess.run([sys.executable, str(minilm.HERE / export), "--out", str(onnx_path)],
                            stdout=sys.stderr)
         if r.returncode != 0:
             return r.returncode
     import onnxruntime as ort
-    tok = minilm.tokenizer()
+    tok = model.tokenizer()
     sentences = json.loads(minilm.SENTENCES.read_text())["sentences"]
     configs = [(t, b) for t in map(int, args.threads.split(",")) for b in map(int, args.batch.split(","))]
     if args.reverse:
@@ -151,10 +161,10 @@ def main() -> int:
     all_cpus = os.sched_getaffinity(0)
     for threads, batch in configs:
         os.sched_setaffinity(0, {min(all_cpus)} if threads == 1 else all_cpus)
-        sess = session(args.onnx, threads)
-        r = measure(sess, tok, sentences, batch, args.duration, args.warmup)
+        sess = session(onnx_path, threads)
+        r = measure(model, sess, tok, sentences, batch, args.duration, args.warmup)
         del sess
-        r = {"config": f"ort t{threads} b{batch}", "threads": threads, "batch": batch,
+        r = {"config": f"ort t{threads} b{batch}", "model": model.NAME if model is mpnet else "all-MiniLM-L6-v2", "threads": threads, "batch": batch,
              "pinned": "CPU 0" if threads == 1 else "none", "onnxruntime": ort.__version__, **r}
         print(f"ORT {ort.__version__} threads={threads} batch={batch}: "
               f"{r['sentences_per_s']:.0f} sentences/s, p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, "

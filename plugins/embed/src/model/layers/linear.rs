@@ -5,9 +5,10 @@
 //! the packed cache file, mapped: see cache.rs). Two
 //! engines read that one layout:
 //!
-//! - on AVX-512 and up to [`SMALL_M`] rows (a request of a few sentences),
-//!   a register-blocked kernel of this crate's that streams each panel once
-//!   per 6 rows, with the bias folded into its accumulators;
+//! - on AVX-512 and up to [`SMALL_M`] rows (a request of a few
+//!   sentences), or AVX2 and up to [`SMALL_M_AVX2`], a register-blocked kernel of this crate's (`linear/`)
+//!   that streams each panel once per 6 rows, with the bias folded into
+//!   its accumulators;
 //! - otherwise the `gemm` crate (its own run-time CPU dispatch and
 //!   packing), one call per run of panels, each a plain row-major `[k,
 //!   PANEL]` right-hand side.
@@ -20,8 +21,14 @@ use crate::model::mmap::Tensor;
 /// Output columns per panel: four AVX-512 vectors.
 pub(crate) const PANEL: usize = 64;
 
-/// Rows up to which the panel kernel runs instead of gemm (AVX-512 only).
+/// Rows up to which the panel kernels run instead of gemm.
 pub(crate) const SMALL_M: usize = 64;
+
+/// The same on AVX2, whose 16 registers hold a block of 16 columns only:
+/// against gemm it won at 12 rows (all-MiniLM-L6-v2 3.8 ms a call instead
+/// of 4.7, all-mpnet-base-v2 37.4 instead of 40.3) and lost at 47 (MPNet
+/// 115 ms instead of 105) on an AMD EPYC without AVX-512, 2026-12-05.
+pub(crate) const SMALL_M_AVX2: usize = 24;
 
 /// A dense layer's weight in panels, and its bias.
 pub(crate) struct Linear {
@@ -145,10 +152,22 @@ unsafe fn panels_product(
     out: *mut f32,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512 && m <= SMALL_M {
+    let small = match isa {
+        Isa::Avx512 => SMALL_M,
+        Isa::Avx2 => SMALL_M_AVX2,
+        Isa::Scalar => 0,
+    };
+    #[cfg(target_arch = "x86_64")]
+    if m <= small {
         for p in lo..hi {
-            // SAFETY: the caller's contract, panel p being in range.
-            unsafe { avx512::panel(a, m, lin, p, out) };
+            // SAFETY: the caller's contract, panel p being in range; isa is
+            // what this CPU runs (Isa::detect or a test's all_supported).
+            unsafe {
+                match isa {
+                    Isa::Avx512 => avx512::panel(a, m, lin, p, out),
+                    _ => avx2::panel(a, m, lin, p, out),
+                }
+            }
         }
         return;
     }
@@ -196,114 +215,9 @@ unsafe fn panels_product(
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx512 {
-    use super::{Linear, PANEL};
-    use std::arch::x86_64::*;
-
-    /// Rows per register block: 6 x 4 accumulators + 4 weights + 1
-    /// broadcast of the 32 zmm registers.
-    const R: usize = 6;
-
-    /// Weight rows (of PANEL floats, 256 bytes) to prefetch ahead. Without
-    /// it the first row block's pass over a panel waits on memory (the
-    /// weights, 42.5 MB for MiniLM, do not stay in cache between calls):
-    /// batch 1 went from 1.9 to 1.3 ms; 16, 48, 64, 96 and 160 were tried.
-    const PREFETCH: usize = 96;
-
-    /// out[:, panel p] = a x panel p + bias, every row, R rows at a time
-    /// over the whole panel (later row blocks find it in L2).
-    ///
-    /// # Safety
-    /// The CPU has avx512f; `a` holds m x lin.k; `out` points at m x lin.n
-    /// writable f32s, panel p's columns ours alone; p < lin.panels().
-    pub(super) unsafe fn panel(a: &[f32], m: usize, lin: &Linear, p: usize, out: *mut f32) {
-        let (k, n) = (lin.k, lin.n);
-        let w = &lin.w[p * k * PANEL..(p + 1) * k * PANEL];
-        let c0 = p * PANEL;
-        let cols = PANEL.min(n - c0);
-        let mut bias = [0f32; PANEL];
-        bias[..cols].copy_from_slice(&lin.b[c0..c0 + cols]);
-        let mut r = 0;
-        while r < m {
-            let rows = R.min(m - r);
-            let a = &a[r * k..(r + rows) * k];
-            // SAFETY: avx512f (the caller's contract); a holds rows x k, w
-            // k x PANEL; rows r..r+rows of out from column c0 (cols wide)
-            // are ours.
-            unsafe {
-                let o = out.add(r * n + c0);
-                match rows {
-                    6 => block::<6>(a, k, w, &bias, o, n, cols),
-                    5 => block::<5>(a, k, w, &bias, o, n, cols),
-                    4 => block::<4>(a, k, w, &bias, o, n, cols),
-                    3 => block::<3>(a, k, w, &bias, o, n, cols),
-                    2 => block::<2>(a, k, w, &bias, o, n, cols),
-                    _ => block::<1>(a, k, w, &bias, o, n, cols),
-                }
-            }
-            r += rows;
-        }
-    }
-
-    /// `RB` rows of out (row stride `ldo`, its first `cols` columns) =
-    /// bias + a (RB x k, row-major) x w (k x PANEL).
-    #[target_feature(enable = "avx512f")]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn block<const RB: usize>(
-        a: &[f32],
-        k: usize,
-        w: &[f32],
-        bias: &[f32; PANEL],
-        out: *mut f32,
-        ldo: usize,
-        cols: usize,
-    ) {
-        assert!(a.len() >= RB * k && w.len() >= k * PANEL);
-        let ap = a.as_ptr();
-        let wp = w.as_ptr();
-        // SAFETY: bias has PANEL = 4 x 16 floats.
-        let b: [__m512; 4] =
-            std::array::from_fn(|i| unsafe { _mm512_loadu_ps(bias.as_ptr().add(16 * i)) });
-        let mut acc = [b; RB];
-        for kk in 0..k {
-            // SAFETY: kk < k, so the PANEL floats at wp + kk * PANEL lie in
-            // w (k x PANEL), and a[r * k + kk] in a (RB x k), as asserted.
-            // A prefetch is a hint and never faults, even past w's end.
-            unsafe {
-                let wr = wp.add(kk * PANEL);
-                let ahead = wr.wrapping_add(PREFETCH * PANEL) as *const i8;
-                _mm_prefetch::<_MM_HINT_T0>(ahead);
-                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64));
-                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(128));
-                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(192));
-                let w0 = _mm512_loadu_ps(wr);
-                let w1 = _mm512_loadu_ps(wr.add(16));
-                let w2 = _mm512_loadu_ps(wr.add(32));
-                let w3 = _mm512_loadu_ps(wr.add(48));
-                for (r, acc) in acc.iter_mut().enumerate() {
-                    let x = _mm512_set1_ps(*ap.add(r * k + kk));
-                    acc[0] = _mm512_fmadd_ps(x, w0, acc[0]);
-                    acc[1] = _mm512_fmadd_ps(x, w1, acc[1]);
-                    acc[2] = _mm512_fmadd_ps(x, w2, acc[2]);
-                    acc[3] = _mm512_fmadd_ps(x, w3, acc[3]);
-                }
-            }
-        }
-        for (r, acc) in acc.iter().enumerate() {
-            for (i, v) in acc.iter().enumerate() {
-                let lanes = cols.saturating_sub(16 * i).min(16);
-                let mask: __mmask16 = if lanes == 16 {
-                    0xffff
-                } else {
-                    (1u16 << lanes) - 1
-                };
-                // SAFETY: the masked store writes only columns < cols of row
-                // r of out, which the caller owns.
-                unsafe { _mm512_mask_storeu_ps(out.add(r * ldo + 16 * i), mask, *v) };
-            }
-        }
-    }
-}
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 
 #[cfg(test)]
 mod tests {
@@ -328,7 +242,7 @@ mod tests {
             .num_threads(3)
             .build()
             .unwrap();
-        for m in [1, 5, 6, 7, 12, 13, 25, SMALL_M, SMALL_M + 3] {
+        for m in [1, 5, 6, 7, 12, 13, 25, SMALL_M_AVX2, SMALL_M, SMALL_M + 3] {
             let a: Vec<f32> = (0..m * k)
                 .map(|i| ((i * 3 % 17) as f32 - 8.0) / 4.0)
                 .collect();
