@@ -98,6 +98,7 @@ mod mmap;
 mod pooling;
 mod registry;
 mod strided;
+mod task;
 mod tensors;
 #[cfg(test)]
 mod test_support;
@@ -108,6 +109,7 @@ pub use cache::{FILE_NAME as CACHE_FILE_NAME, VERSION as CACHE_VERSION, checksum
 pub use config::Pooling;
 pub use error::ModelError;
 pub use registry::SUPPORTED as SUPPORTED_MODEL_TYPES;
+pub use task::Task;
 pub use tokenize::{Encoded, Side, TokenSpan, TokenizeError, Tokenizer, TooLong};
 
 use std::path::{Path, PathBuf};
@@ -151,6 +153,9 @@ pub struct ModelInfo {
     /// The architecture serving it: config.json's `model_type` (one of
     /// [`SUPPORTED_MODEL_TYPES`]).
     pub architecture: &'static str,
+    /// What it is served for: embeddings, scores of pairs or labels, or
+    /// sparse vectors.
+    pub task: Task,
     /// Length of an embedding (the hidden size for every pooling supported).
     pub dim: usize,
     /// Encoder layers.
@@ -272,6 +277,7 @@ impl Folder {
         ModelInfo {
             name,
             architecture: self.arch.name(),
+            task: Task::Embed,
             dim: dims.hidden,
             layers: dims.layers,
             hidden: dims.hidden,
@@ -437,6 +443,24 @@ impl Model {
     /// Panics unless the parts' `n` add up to `batch.len()`.
     pub fn embed_split(&self, batch: &[Encoded], parts: &[(usize, bool)]) -> Vec<Vec<f32>> {
         split_rows(&self.embed(batch, false), self.info.dim, parts)
+    }
+
+    /// The classifier head's logits for a batch of a cross-encoder
+    /// ([`Task::Classify`]): `batch.len() * labels` floats, row after row
+    /// in the batch's order, raw (no sigmoid or softmax). Inputs come from
+    /// [`Tokenizer::tokenize_pairs`] (or [`Tokenizer::tokenize`] for one
+    /// text); the packed pass gives each token its own token type.
+    pub fn classify(&self, batch: &[Encoded]) -> Vec<f32> {
+        let _ = batch;
+        unimplemented!("issue #52: the classifier head")
+    }
+
+    /// The sparse vectors of a batch of a SPLADE model ([`Task::Sparse`]):
+    /// per input, its nonzero `(vocabulary index, value)` entries in
+    /// ascending index, value = max over tokens of log(1 + relu(logit)).
+    pub fn sparse(&self, batch: &[Encoded]) -> Vec<Vec<(u32, f32)>> {
+        let _ = batch;
+        unimplemented!("issue #52: the SPLADE head")
     }
 
     /// FLOPs of the dense layers for a batch of `tokens` tokens in all (for
