@@ -497,3 +497,89 @@ fn a_rerank_of_many_texts_shares_its_passes_with_other_clients_pairs() {
         );
     }
 }
+
+/// tests/embed/task_clients.py in the embedding venv, against `s`: what
+/// the client parsed, as JSON.
+fn client(s: &Server, args: &[&str]) -> Value {
+    let venv = crate::support::venv::embed_venv();
+    let out = std::process::Command::new(crate::support::venv::venv_python(&venv))
+        .arg(repo_root().join("tests/embed/task_clients.py"))
+        .arg(args[0])
+        .arg(format!("http://{}", s.addr))
+        .args(&args[1..])
+        .output()
+        .expect("run tests/embed/task_clients.py");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        s.log()
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// huggingface_hub's `InferenceClient(base_url=...).sentence_similarity`
+/// posts TEI's similarity body to the base URL: an embedder's `POST /`
+/// answers it, with the reference's cosines.
+#[test]
+fn huggingface_hubs_sentence_similarity_works_unchanged() {
+    let r = reference();
+    let s = serve_dir(&minilm(), &[], &[]);
+    let pick: Vec<usize> = (0..r.sentences.len())
+        .filter(|&i| !r.sentences[i].is_empty() && r.tokens[i] < r.max_len)
+        .take(6)
+        .collect();
+    let mut args = vec!["similarity"];
+    args.extend(pick.iter().map(|&i| r.sentences[i].as_str()));
+    let v = client(&s, &args);
+    let got = floats(&v["cosines"]);
+    assert_eq!(got.len(), pick.len() - 1, "{v}");
+    for (g, &i) in got.iter().zip(&pick[1..]) {
+        let want = cosine(&r.embeddings[pick[0]], &r.embeddings[i]);
+        assert!((g - want).abs() < 1e-4, "sentence {i}: {g} vs {want}");
+    }
+}
+
+/// The `cohere` package's `Client.rerank` and `ClientV2.rerank` against a
+/// reranker (top_n, return_documents, the 400 it raises for no documents)
+/// and huggingface_hub's `text_classification` against a classifier, each
+/// matching the reference.
+#[test]
+fn the_cohere_and_huggingface_hub_clients_work_unchanged() {
+    let r = fixture("bert_reranker");
+    let (q, texts, logits) = queries(&r).remove(0);
+    let s = serve_dir(&task("bert_reranker"), &[], &[]);
+    let mut args = vec!["cohere", q.as_str()];
+    args.extend(texts.iter().map(String::as_str));
+    let v = client(&s, &args);
+    let mut want: Vec<(usize, f64)> = logits.iter().map(|&l| sigmoid(l)).enumerate().collect();
+    want.sort_by(|a, b| b.1.total_cmp(&a.1));
+    for (version, n, docs) in [("v1", 2, true), ("v2", texts.len(), false)] {
+        let got = v[version]["results"].as_array().unwrap();
+        assert_eq!(got.len(), n, "{version}: {v}");
+        assert_eq!(v[version]["version"], &version[1..], "{v}");
+        for (g, &(i, score)) in got.iter().zip(&want) {
+            assert_eq!(g[0], i, "{version}: {v}");
+            assert!(
+                (g[1].as_f64().unwrap() - score).abs() < 1e-4,
+                "{version}: {v}"
+            );
+            assert_eq!(g[2].as_str(), docs.then_some(texts[i].as_str()), "{v}");
+        }
+    }
+    assert_eq!(v["empty"]["status"], 400, "{v}");
+    assert!(v["empty"]["body"]["message"].is_string(), "{v}");
+    drop(s);
+    let r = fixture("bert_classifier");
+    let labels = strings(&r["labels"]);
+    let s = serve_dir(&task("bert_classifier"), &[], &[]);
+    let text = strings(&r["singles"])[0].clone();
+    let v = client(&s, &["classify", &text]);
+    let want = softmax(&floats(&r["single_logits"][0]));
+    let got = v["labels"].as_array().unwrap();
+    assert_eq!(got.len(), labels.len(), "{v}");
+    for g in got {
+        let k = labels.iter().position(|l| g[0] == l.as_str()).unwrap();
+        assert!((g[1].as_f64().unwrap() - want[k]).abs() < 1e-4, "{v}");
+    }
+}

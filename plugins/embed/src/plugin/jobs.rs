@@ -199,26 +199,27 @@ impl<B: Backend> Embed<B> {
             Ok((job(call), encoded, characters))
         };
         match route {
-            Route::Embed => texts(api::parse_tei(&body, l)?, Job::Embed),
+            // huggingface_hub's `sentence_similarity` posts TEI's
+            // similarity body to the base URL: on an embedder's `POST /`
+            // an `inputs` object of `source_sentence` is a similarity
+            // (where TEI needs TASK=sentence-similarity to serve it).
+            Route::Embed => match api::parse_tei(&body, l) {
+                Ok(call) => texts(call, Job::Embed),
+                Err(e) => match api::route(req.method(), req.target()) {
+                    Route::Root => match api::parse_similarity(&body, l) {
+                        Ok(s) => texts(similarity_call(s), |_| Job::Similarity),
+                        Err(_) => Err(e),
+                    },
+                    _ => Err(e),
+                },
+            },
             Route::OpenAiEmbeddings => texts(api::parse_openai(&body, l)?, Job::Embed),
             Route::EmbedAll => texts(api::parse_embed_all(&body, l)?, Job::EmbedAll),
             // TEI's EmbedSparseRequest has /embed_all's fields.
             Route::EmbedSparse => texts(api::parse_embed_all(&body, l)?, |_| Job::Sparse),
-            Route::Similarity => {
-                let s = api::parse_similarity(&body, l)?;
-                let call = EmbedCall {
-                    inputs: Inputs::Texts(s.texts),
-                    normalize: false,
-                    truncate: s.truncate,
-                    truncation_direction: s.truncation_direction,
-                    encoding: Encoding::Float,
-                    model: None,
-                    flavor: Flavor::Tei,
-                    dimensions: None,
-                    prompt_name: s.prompt_name,
-                };
-                texts(call, |_| Job::Similarity)
-            }
+            Route::Similarity => texts(similarity_call(api::parse_similarity(&body, l)?), |_| {
+                Job::Similarity
+            }),
             Route::Rerank => self.rerank(api::parse_rerank(&body, l)?),
             Route::CohereRerank(v) => self.rerank(api::parse_cohere(&body, l, v)?),
             Route::Predict => self.predict(api::parse_predict(&body, l)?),
@@ -321,6 +322,22 @@ fn tokenize_error(
             flavor,
             &format!("input {} could not be tokenized: {message}", offset + index),
         ),
+    }
+}
+
+/// A similarity's sentences as an embedding call: embedded as `/embed`'s
+/// inputs, not normalized (the cosine divides by the norms).
+fn similarity_call(s: api::SimilarityCall) -> EmbedCall {
+    EmbedCall {
+        inputs: Inputs::Texts(s.texts),
+        normalize: false,
+        truncate: s.truncate,
+        truncation_direction: s.truncation_direction,
+        encoding: Encoding::Float,
+        model: None,
+        flavor: Flavor::Tei,
+        dimensions: None,
+        prompt_name: s.prompt_name,
     }
 }
 
