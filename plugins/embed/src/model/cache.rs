@@ -86,6 +86,8 @@ struct Spec {
     offset: usize,
     len: usize,
     origin: Origin,
+    /// Read at the file's root, not under its prefix.
+    root: bool,
 }
 
 /// The architecture's tensors, where each goes, and the table.
@@ -111,6 +113,7 @@ impl Plan {
                     offset,
                     len: d.len,
                     origin: d.origin,
+                    root: d.root,
                 };
                 offset += (s.len * 4).next_multiple_of(ALIGN);
                 s
@@ -353,18 +356,23 @@ fn write(st: &SafeTensors, plan: &Plan, source: Source, tmp: &Path) -> Result<()
         .map_err(io("cannot create", tmp))?;
     let mut lanes = LANES;
     for s in &plan.specs {
+        let get =
+            |name: &str, shape: &[usize]| st.get_at(name, shape, s.root).map_err(BuildError::Model);
         let data: Vec<f32> = match &s.origin {
-            Origin::Rows { name, shape, take } => {
-                let mut v = st.get(name, shape).map_err(BuildError::Model)?;
-                v.truncate(*take);
-                v
+            Origin::Rows {
+                name,
+                shape,
+                skip,
+                take,
+            } => {
+                let v = get(name, shape)?;
+                v[*skip..*skip + *take].to_vec()
             }
             Origin::Panels { parts, k } => {
                 let ws = parts
                     .iter()
-                    .map(|(n, cols)| st.get(&format!("{n}.weight"), &[*cols, *k]))
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(BuildError::Model)?;
+                    .map(|(n, cols)| get(&format!("{n}.weight"), &[*cols, *k]))
+                    .collect::<Result<Vec<_>, _>>()?;
                 let sized: Vec<(&[f32], usize)> = ws
                     .iter()
                     .zip(parts)
@@ -375,10 +383,7 @@ fn write(st: &SafeTensors, plan: &Plan, source: Source, tmp: &Path) -> Result<()
             Origin::Biases(parts) => {
                 let mut v = Vec::with_capacity(s.len);
                 for (n, cols) in parts {
-                    v.extend(
-                        st.get(&format!("{n}.bias"), &[*cols])
-                            .map_err(BuildError::Model)?,
-                    );
+                    v.extend(get(&format!("{n}.bias"), &[*cols])?);
                 }
                 v
             }
