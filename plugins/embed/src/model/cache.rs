@@ -30,8 +30,11 @@
 //! tensor. Names are the safetensors names without their prefix (`bert.`,
 //! `roberta.`...), except query, key and value stacked into one product
 //! (BERT's `attention.self.qkv`; columns: query's, key's, value's), BERT's
-//! `embeddings.token_type_embeddings.0` (type 0's row alone), and the
-//! zeros an architecture declares for biases its layers lack.
+//! `embeddings.token_type_embeddings.0` (type 0's row alone; `.1` too for a
+//! cross-encoder), and the zeros an architecture declares for biases its
+//! layers lack. A head's tensors (heads/) keep their names at the file's
+//! root (`classifier.weight`). An embedder's table is what it was before
+//! heads existed, so its cache is too (no version bump).
 //!
 //! A cache is used only when all of it checks: magic, version, length,
 //! the source's size and mtime, the table (against the architecture's

@@ -35,8 +35,12 @@
 //! the stacked query, key and value products (BERT's
 //! `attention.self.qkv`, DistilBERT's `attention.qkv_lin`, MPNet's
 //! `attention.attn.qkv`), BERT's
-//! `embeddings.token_type_embeddings.0` (type 0's row), and zeros for the
-//! biases an architecture lacks. `"rows"` tensors
+//! `embeddings.token_type_embeddings.0` (type 0's row; a BERT
+//! cross-encoder's cache adds `.1`, type 1's, for the second text of a
+//! pair), and zeros for the biases an architecture lacks. A task model's
+//! head follows the encoder's tensors under its own names in the file
+//! (`classifier.weight`, `cls.predictions.bias`; BERT's pooler as
+//! `pooler.dense`). `"rows"` tensors
 //! are row-major in `shape`; `"panels"` are a dense layer's `[out, in]`
 //! weight as `[panels, in, 64]`, panel p holding outputs 64p..64p+64
 //! (`columns` of them real, the rest zero).
