@@ -24,7 +24,7 @@ def cohere_rerank(base, query, texts):
     # such field, nor the parameter.
     v1 = cohere.Client(api_key="unused", base_url=base)
     r = v1.rerank(
-        model="rerank-v3.5", query=query, documents=texts, top_n=2, return_documents=True
+        model="rerank-v3.5", query=query, documents=texts, top_n=1, return_documents=True
     )
     out["v1"] = {
         "id": r.id,

@@ -17,8 +17,8 @@ use serde_json::Value;
 
 use super::error::{ApiError, Flavor};
 use super::json::{write_f32, write_str, write_usize};
-use super::request::{Limits, describe, opt_bool, parse_object, whole};
-use super::rerank::{RerankCall, finite, query, texts};
+use super::request::{Limits, describe, opt_bool, parse_object};
+use super::rerank::{RerankCall, finite, how_many, query, texts};
 use super::route::CohereVersion;
 
 /// Parses a Cohere rerank request of `version`.
@@ -51,22 +51,7 @@ pub fn parse_cohere(
             _ => None,
         },
     )?;
-    let top_n = match obj.get("top_n") {
-        None | Some(Value::Null) => None,
-        Some(Value::Number(n)) if whole(n).is_some_and(|n| n >= 1) => {
-            whole(n).map(|n| usize::try_from(n).unwrap_or(usize::MAX))
-        }
-        Some(v) => {
-            return Err(ApiError::invalid(
-                flavor,
-                "top_n",
-                format!(
-                    "`top_n` must be a whole number of at least 1, got {}",
-                    describe(v)
-                ),
-            ));
-        }
-    };
+    let top_n = how_many(obj.get("top_n"), "top_n", "top_n", flavor)?;
     Ok(RerankCall {
         query,
         texts,

@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::error::{ApiError, Flavor};
 use super::json::{write_f32, write_str};
 use super::request::{Limits, describe, opt_bool, parse_object, truncation_direction};
-use super::rerank::finite;
+use super::rerank::{finite, how_many};
 use super::scores::{activate, ranked};
 
 /// One input of `/predict`: a text, or a pair the model reads as one.
@@ -27,6 +27,11 @@ pub struct PredictCall {
     pub truncate: bool,
     /// Logits as they are, not through the softmax (sigmoid for one label).
     pub raw_scores: bool,
+    /// Sent in the Hugging Face Inference API's envelope (`"parameters"`,
+    /// as huggingface_hub's `text_classification` posts it): answered as
+    /// that API answers, a list per input even for one, each cut to
+    /// `parameters.top_k` labels.
+    pub top_k: Option<usize>,
 }
 
 const SHAPE: &str = "a string, a pair of strings [string, string] or a batch of single strings \
@@ -76,9 +81,17 @@ pub fn parse_predict(body: &[u8], limits: &Limits) -> Result<PredictCall, ApiErr
         Some(v) => return Err(wrong(None, v)),
     };
     truncation_direction(obj.get("truncation_direction"), flavor)?;
+    let (batch, top_k) = match obj.get("parameters") {
+        Some(Value::Object(p)) => {
+            let top_k = how_many(p.get("top_k"), "parameters", "parameters.top_k", flavor)?;
+            (true, top_k)
+        }
+        _ => (batch, None),
+    };
     Ok(PredictCall {
         inputs,
         batch,
+        top_k,
         truncate: opt_bool(obj.get("truncate"), "truncate", flavor)?
             .unwrap_or(limits.auto_truncate),
         raw_scores: opt_bool(obj.get("raw_scores"), "raw_scores", flavor)?.unwrap_or(false),
@@ -126,7 +139,9 @@ pub fn write_predict(
         let scores = activate(row, call.raw_scores);
         finite(&scores, Flavor::Tei)?;
         out.push(b'[');
-        for (k, i) in ranked(&scores).into_iter().enumerate() {
+        let mut order = ranked(&scores);
+        order.truncate(call.top_k.unwrap_or(order.len()));
+        for (k, i) in order.into_iter().enumerate() {
             if k > 0 {
                 out.push(b',');
             }
@@ -166,6 +181,17 @@ mod tests {
         let c = parse(r#"{"inputs": [["a"], ["b", "c"]], "raw_scores": true}"#).unwrap();
         assert_eq!(c.inputs.len(), 2);
         assert!(c.batch && c.raw_scores);
+        // huggingface_hub's envelope: a list per input, even for one.
+        let c = parse(r#"{"inputs": "a", "parameters": {"top_k": 2}}"#).unwrap();
+        assert!(c.batch);
+        assert_eq!(c.top_k, Some(2));
+        assert!(parse(r#"{"inputs": "a", "parameters": {}}"#).unwrap().batch);
+        assert_eq!(
+            parse(r#"{"inputs": "a", "parameters": {"top_k": 0}}"#)
+                .unwrap_err()
+                .status,
+            422
+        );
     }
 
     #[test]

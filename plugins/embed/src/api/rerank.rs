@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::error::{ApiError, Flavor};
 use super::json::{write_f32, write_str, write_usize};
-use super::request::{Limits, describe, opt_bool, parse_object, truncation_direction};
+use super::request::{Limits, describe, opt_bool, parse_object, truncation_direction, whole};
 use super::route::CohereVersion;
 use super::scores::{activate, ranked};
 
@@ -88,15 +88,11 @@ pub fn parse_rerank(body: &[u8], limits: &Limits) -> Result<RerankCall, ApiError
     })
 }
 
-/// `query`: a string (empty is refused: there is nothing to rank against).
+/// `query`: a string, empty or not (TEI scores the pair of an empty query,
+/// as sentence-transformers' CrossEncoder does).
 pub(super) fn query(v: Option<&Value>, flavor: Flavor) -> Result<String, ApiError> {
     match v {
-        Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
-        Some(Value::String(_)) => Err(ApiError::empty_field(
-            flavor,
-            "query",
-            "`query` is empty: send the text to rank the others against".into(),
-        )),
+        Some(Value::String(s)) => Ok(s.clone()),
         None | Some(Value::Null) => Err(ApiError::invalid(
             flavor,
             "query",
@@ -106,6 +102,31 @@ pub(super) fn query(v: Option<&Value>, flavor: Flavor) -> Result<String, ApiErro
             flavor,
             "query",
             format!("`query` must be a string, got {}", describe(v)),
+        )),
+    }
+}
+
+/// A count that cuts a reply (Cohere's `top_n`, huggingface_hub's
+/// `top_k`): a whole number of at least 1, or absent/null; `name` is how
+/// the request spells it.
+pub(super) fn how_many(
+    v: Option<&Value>,
+    field: &'static str,
+    name: &str,
+    flavor: Flavor,
+) -> Result<Option<usize>, ApiError> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) if whole(n).is_some_and(|k| k >= 1) => {
+            Ok(whole(n).map(|k| usize::try_from(k).unwrap_or(usize::MAX)))
+        }
+        Some(v) => Err(ApiError::invalid(
+            flavor,
+            field,
+            format!(
+                "`{name}` must be a whole number of at least 1, got {}",
+                describe(v)
+            ),
         )),
     }
 }
@@ -230,7 +251,7 @@ mod tests {
     fn mistakes_get_their_status_and_field() {
         let status = |b: &str| parse(b).unwrap_err();
         assert_eq!(status(r#"{"query": "q", "texts": []}"#).status, 400);
-        assert_eq!(status(r#"{"query": "", "texts": ["a"]}"#).status, 400);
+        assert!(parse(r#"{"query": "", "texts": ["a"]}"#).is_ok());
         assert_eq!(status(r#"{"texts": ["a"]}"#).status, 422);
         assert_eq!(status(r#"{"query": "q", "texts": "a"}"#).status, 422);
         let e = status(r#"{"query": "q", "texts": ["a", 3]}"#);
