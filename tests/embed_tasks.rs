@@ -40,7 +40,7 @@ fn strings(v: &Value) -> Vec<String> {
         .collect()
 }
 
-fn sigmoid(x: f64) -> f64 {
+pub(crate) fn sigmoid(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
 }
 
@@ -53,7 +53,7 @@ fn softmax(logits: &[f64]) -> Vec<f64> {
 
 /// The reference's pairs grouped by query, in first-seen order: each
 /// query, its texts and their logits (one label).
-fn queries(r: &Value) -> Vec<(String, Vec<String>, Vec<f64>)> {
+pub(crate) fn queries(r: &Value) -> Vec<(String, Vec<String>, Vec<f64>)> {
     let mut out: Vec<(String, Vec<String>, Vec<f64>)> = Vec::new();
     for (pair, logits) in r["pairs"]
         .as_array()
