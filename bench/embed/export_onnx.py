@@ -103,9 +103,7 @@ def encoder(g: Graph, w: dict[str, np.ndarray]) -> str:
     g.const("shape_heads", np.array([0, 0, heads, hd], dtype=np.int64))   # 0: keep that dim
     g.const("shape_hidden", np.array([0, 0, H], dtype=np.int64))
     g.const("axes_0", np.array([0], dtype=np.int64))
-    g.const("axes_1", np.array([1], dtype=np.int64))
     g.const("axes_12", np.array([1, 2], dtype=np.int64))
-    g.const("axes_m1", np.array([-1], dtype=np.int64))
     g.const("starts_0", np.array([0], dtype=np.int64))
     g.const("seq_start", np.array([1], dtype=np.int64))
     g.const("seq_end", np.array([2], dtype=np.int64))
@@ -169,6 +167,8 @@ def build(w: dict[str, np.ndarray]) -> onnx.ModelProto:
     H = minilm.HIDDEN
     g = Graph()
     x = encoder(g, w)
+    g.const("axes_1", np.array([1], dtype=np.int64))
+    g.const("axes_m1", np.array([-1], dtype=np.int64))
     g.const("pool_eps", np.array(1e-9, dtype=np.float32))
     g.const("norm_eps", np.array(1e-12, dtype=np.float32))
 
