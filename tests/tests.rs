@@ -24,6 +24,8 @@ mod embed_admission;
 mod embed_api;
 mod embed_families;
 mod embed_memory;
+mod embed_reranker;
+mod embed_tasks;
 mod embed_tei_surface;
 mod exhaustion;
 mod forwarded;

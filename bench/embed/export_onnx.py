@@ -75,11 +75,22 @@ class Graph:
         return out
 
 
-def build(w: dict[str, np.ndarray]) -> onnx.ModelProto:
+def f32(a) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def linear(g: Graph, w: dict[str, np.ndarray], x: str, prefix: str) -> str:
+    wt = g.const(prefix + ".weight_t", f32(w[prefix + ".weight"].T))   # [in, out]
+    b = g.const(prefix + ".bias", f32(w[prefix + ".bias"]))
+    return g.op("Add", [g.op("MatMul", [x, wt]), b])
+
+
+def encoder(g: Graph, w: dict[str, np.ndarray]) -> str:
+    """The BERT encoder from input_ids, attention_mask and token_type_ids: the name of its last
+    hidden state [batch, seq, H]. The heads (mean pooling here, a cross-encoder's pooler and
+    classifier in export_reranker_onnx.py) are added after it."""
     H, heads = minilm.HIDDEN, minilm.HEADS
     hd = H // heads
-    g = Graph()
-    f32 = lambda a: np.ascontiguousarray(a, dtype=np.float32)   # noqa: E731
 
     # Shared constants.
     g.const("zero_i64", np.array(0, dtype=np.int64))
@@ -92,19 +103,13 @@ def build(w: dict[str, np.ndarray]) -> onnx.ModelProto:
     g.const("shape_heads", np.array([0, 0, heads, hd], dtype=np.int64))   # 0: keep that dim
     g.const("shape_hidden", np.array([0, 0, H], dtype=np.int64))
     g.const("axes_0", np.array([0], dtype=np.int64))
-    g.const("axes_1", np.array([1], dtype=np.int64))
     g.const("axes_12", np.array([1, 2], dtype=np.int64))
-    g.const("axes_m1", np.array([-1], dtype=np.int64))
     g.const("starts_0", np.array([0], dtype=np.int64))
     g.const("seq_start", np.array([1], dtype=np.int64))
     g.const("seq_end", np.array([2], dtype=np.int64))
-    g.const("pool_eps", np.array(1e-9, dtype=np.float32))
-    g.const("norm_eps", np.array(1e-12, dtype=np.float32))
 
-    def linear(x: str, prefix: str) -> str:
-        wt = g.const(prefix + ".weight_t", f32(w[prefix + ".weight"].T))   # [in, out]
-        b = g.const(prefix + ".bias", f32(w[prefix + ".bias"]))
-        return g.op("Add", [g.op("MatMul", [x, wt]), b])
+    def linear_(x: str, prefix: str) -> str:
+        return linear(g, w, x, prefix)
 
     def layer_norm(x: str, prefix: str) -> str:
         s = g.const(prefix + ".weight", f32(w[prefix + ".weight"]))
@@ -127,22 +132,45 @@ def build(w: dict[str, np.ndarray]) -> onnx.ModelProto:
 
     for i in range(minilm.LAYERS):
         p = f"encoder.layer.{i}"
-        q = g.op("Transpose", [g.op("Reshape", [linear(x, p + ".attention.self.query"), "shape_heads"])],
+        q = g.op("Transpose", [g.op("Reshape", [linear_(x, p + ".attention.self.query"), "shape_heads"])],
                  perm=[0, 2, 1, 3])                                    # [b, h, s, d]
-        k = g.op("Transpose", [g.op("Reshape", [linear(x, p + ".attention.self.key"), "shape_heads"])],
+        k = g.op("Transpose", [g.op("Reshape", [linear_(x, p + ".attention.self.key"), "shape_heads"])],
                  perm=[0, 2, 3, 1])                                    # [b, h, d, s]
-        v = g.op("Transpose", [g.op("Reshape", [linear(x, p + ".attention.self.value"), "shape_heads"])],
+        v = g.op("Transpose", [g.op("Reshape", [linear_(x, p + ".attention.self.value"), "shape_heads"])],
                  perm=[0, 2, 1, 3])                                    # [b, h, s, d]
         scores = g.op("Add", [g.op("Mul", [g.op("MatMul", [q, k]), "scale"]), bias])
         probs = g.op("Softmax", [scores], axis=-1)
         ctx = g.op("Reshape", [g.op("Transpose", [g.op("MatMul", [probs, v])], perm=[0, 2, 1, 3]),
                                "shape_hidden"])                        # [b, s, H]
-        x = layer_norm(g.op("Add", [linear(ctx, p + ".attention.output.dense"), x]),
+        x = layer_norm(g.op("Add", [linear_(ctx, p + ".attention.output.dense"), x]),
                        p + ".attention.output.LayerNorm")
-        h = linear(x, p + ".intermediate.dense")
+        h = linear_(x, p + ".intermediate.dense")
         gelu = g.op("Mul", [g.op("Mul", [h, "half_f"]),
                             g.op("Add", [g.op("Erf", [g.op("Mul", [h, "sqrt1_2"])]), "one_f"])])
-        x = layer_norm(g.op("Add", [linear(gelu, p + ".output.dense"), x]), p + ".output.LayerNorm")
+        x = layer_norm(g.op("Add", [linear_(gelu, p + ".output.dense"), x]), p + ".output.LayerNorm")
+    return x
+
+
+def finish(g: Graph, name: str, outs: list) -> onnx.ModelProto:
+    """The model of g's nodes, with the encoder's three int64 [batch, seq] inputs, checked."""
+    ints = [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "seq"])
+            for n in ("input_ids", "attention_mask", "token_type_ids")]
+    graph = helper.make_graph(g.nodes, name, ints, outs, g.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                              producer_name="m0serve " + Path(sys.argv[0]).name)
+    model.ir_version = 8          # opset 17's IR: loads in any ONNX Runtime from 1.12 on
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def build(w: dict[str, np.ndarray]) -> onnx.ModelProto:
+    H = minilm.HIDDEN
+    g = Graph()
+    x = encoder(g, w)
+    g.const("axes_1", np.array([1], dtype=np.int64))
+    g.const("axes_m1", np.array([-1], dtype=np.int64))
+    g.const("pool_eps", np.array(1e-9, dtype=np.float32))
+    g.const("norm_eps", np.array(1e-12, dtype=np.float32))
 
     # Mean over the real tokens, then L2 normalization.
     maskf = g.op("Unsqueeze", [g.op("Cast", ["attention_mask"], to=TensorProto.FLOAT), "axes_m1"])
@@ -153,16 +181,9 @@ def build(w: dict[str, np.ndarray]) -> onnx.ModelProto:
                                            keepdims=1)]), "norm_eps"])
     g.op("Div", [mean, norm], name="sentence_embedding")
 
-    ints = [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "seq"])
-            for n in ("input_ids", "attention_mask", "token_type_ids")]
     outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", H])
             for n in ("sentence_embedding", "mean_pooled")]
-    graph = helper.make_graph(g.nodes, "all-MiniLM-L6-v2", ints, outs, g.inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                              producer_name="m0serve bench/embed/export_onnx.py")
-    model.ir_version = 8          # opset 17's IR: loads in any ONNX Runtime from 1.12 on
-    onnx.checker.check_model(model, full_check=True)
-    return model
+    return finish(g, "all-MiniLM-L6-v2", outs)
 
 
 def check(path: Path, mdir: Path) -> dict:

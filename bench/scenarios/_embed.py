@@ -163,7 +163,7 @@ def settle(run: h.Running, timeout: float = 20.0, window: float = 0.2, busy: flo
 
 def measure_load(run: h.Running, tag: str, b: int, c: int, bodies: dict[int, str], dur: float,
                  warm: float, retried: dict[str, int], drain: bool = False,
-                 idle_busy: float | None = None) -> dict:
+                 idle_busy: float | None = None, path: str = "/embed") -> dict:
     """One load on a running server: POST /embed with the B-sentence bodies at C connections
     (wrk -t1 pinned to CPU 1), a warm-up, then a measured run; measured again (after waiting
     for idle, at most harness.NOISY_RETRIES times) while others used more than harness.NOISY %
@@ -173,9 +173,10 @@ def measure_load(run: h.Running, tag: str, b: int, c: int, bodies: dict[int, str
     counts as quiet when draining (settle()'s `busy`), and the idle wait before a measurement
     again leaves the server out (harness.wait_idle(exclude=)). The sample is h.measure()'s
     plus sentences_per_s (and settled_s, the longest wait, with drain); its wrk output is
-    appended to the server's wrk.log."""
+    appended to the server's wrk.log. path: where embed.lua posts the bodies (/rerank for
+    embed_rerank.py's)."""
     os.environ["EMBED_BODIES"] = bodies[b]          # read by embed.lua in wrk
-    ld = h.Load(conns=c, cpus="1", path="/embed", script="embed/embed.lua")
+    ld = h.Load(conns=c, cpus="1", path=path, script="embed/embed.lua")
     waited = []
 
     def warm_up() -> None:

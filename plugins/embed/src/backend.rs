@@ -23,6 +23,10 @@ pub struct ModelSource<'a> {
     pub settings: &'a Settings,
 }
 
+/// One input's sparse vector: its nonzero `(vocabulary index, value)`
+/// entries, ascending by index.
+pub type SparseVector = Vec<(u32, f32)>;
+
 /// A forward pass for [`Embed`](crate::Embed).
 ///
 /// `Send + Sync`: the host calls the plugin from several handler threads at
@@ -75,6 +79,25 @@ pub trait Backend: Sized + Send + Sync + 'static {
     /// another. `None` (the default) when this backend gives pooled
     /// vectors only: the route then answers 501.
     fn token_states(&self, batch: &[Encoded]) -> Option<Result<Vec<f32>, BackendError>> {
+        let _ = batch;
+        None
+    }
+
+    /// A cross-encoder's raw logits for a batch of pairs (or single
+    /// texts), for `/rerank`, `/predict` and Cohere's rerank:
+    /// `batch.len() * labels` floats, row after row, where `labels` is
+    /// [`ModelInfo::task`]'s. `None` (the default) when this backend
+    /// serves no cross-encoder (its models load as embedders, and those
+    /// routes answer 424 before a forward pass).
+    fn classify(&self, batch: &[Encoded]) -> Option<Result<Vec<f32>, BackendError>> {
+        let _ = batch;
+        None
+    }
+
+    /// A SPLADE model's sparse vectors for `/embed_sparse`: per input,
+    /// its nonzero `(index, value)` entries in ascending index. `None`
+    /// (the default) as for [`Backend::classify`].
+    fn sparse(&self, batch: &[Encoded]) -> Option<Result<Vec<SparseVector>, BackendError>> {
         let _ = batch;
         None
     }
@@ -162,5 +185,13 @@ impl Backend for Model {
 
     fn token_states(&self, batch: &[Encoded]) -> Option<Result<Vec<f32>, BackendError>> {
         Some(Ok(Model::token_states(self, batch)))
+    }
+
+    fn classify(&self, batch: &[Encoded]) -> Option<Result<Vec<f32>, BackendError>> {
+        Some(Ok(Model::classify(self, batch)))
+    }
+
+    fn sparse(&self, batch: &[Encoded]) -> Option<Result<Vec<SparseVector>, BackendError>> {
+        Some(Ok(Model::sparse(self, batch)))
     }
 }

@@ -9,4 +9,5 @@ mod bad_folders;
 mod cache;
 mod families;
 mod minilm;
+mod tasks;
 mod tiny_bert;

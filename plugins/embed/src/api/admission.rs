@@ -12,8 +12,14 @@
 //! that is not an object) it says so, and the caller parses instead: the
 //! count is exact either way.
 
+use super::cohere::parse_cohere;
 use super::error::{ApiError, Flavor};
+use super::predict::parse_predict;
 use super::request::{Limits, parse_openai, parse_tei};
+use super::rerank::parse_rerank;
+use super::route::Route;
+use super::similarity::parse_similarity;
+use super::tokens::parse_embed_all;
 use crate::settings::ENV_MAX_CONCURRENT_INPUTS;
 
 /// Seconds a refused client is told to wait (`Retry-After`): about the
@@ -21,21 +27,35 @@ use crate::settings::ENV_MAX_CONCURRENT_INPUTS;
 /// limit.
 pub const RETRY_AFTER: &str = "1";
 
-/// The inputs an embedding request asks for: the scan's count, or the
-/// parser's where the scan cannot be sure; 1 for a body neither reads
-/// (the handler refuses it at once).
-pub fn count_inputs(body: &[u8], flavor: Flavor, limits: &Limits) -> usize {
-    let key: &[u8] = match flavor {
-        Flavor::Tei => b"inputs",
-        Flavor::OpenAi => b"input",
+/// The inputs a request to `route` asks the model for (a rerank's
+/// (query, text) pairs, a similarity's sentences and its source): the
+/// scan's count, or the parser's where the scan cannot be sure or the
+/// route's inputs are not one list; 1 for a body neither reads (the
+/// handler refuses it at once).
+pub fn count_inputs(body: &[u8], route: Route, limits: &Limits) -> usize {
+    let key: Option<&[u8]> = match route {
+        Route::Embed | Route::EmbedAll | Route::EmbedSparse => Some(b"inputs"),
+        Route::OpenAiEmbeddings => Some(b"input"),
+        Route::Rerank => Some(b"texts"),
+        Route::CohereRerank(_) => Some(b"documents"),
+        // `["a", "b"]` is one pair to /predict, and /similarity's inputs
+        // are an object: their parsers count.
+        _ => None,
     };
-    let n = scan_inputs(body, key).or_else(|| {
-        let call = match flavor {
-            Flavor::Tei => parse_tei(body, limits),
-            Flavor::OpenAi => parse_openai(body, limits),
-        };
-        call.ok().map(|c| c.inputs.len())
-    });
+    let n = key
+        .and_then(|k| scan_inputs(body, k))
+        .or_else(|| match route {
+            Route::Embed => parse_tei(body, limits).ok().map(|c| c.inputs.len()),
+            Route::EmbedAll | Route::EmbedSparse => {
+                parse_embed_all(body, limits).ok().map(|c| c.inputs.len())
+            }
+            Route::OpenAiEmbeddings => parse_openai(body, limits).ok().map(|c| c.inputs.len()),
+            Route::Rerank => parse_rerank(body, limits).ok().map(|c| c.texts.len()),
+            Route::CohereRerank(v) => parse_cohere(body, limits, v).ok().map(|c| c.texts.len()),
+            Route::Predict => parse_predict(body, limits).ok().map(|c| c.inputs.len()),
+            Route::Similarity => parse_similarity(body, limits).ok().map(|c| c.texts.len()),
+            _ => None,
+        });
     // An empty list is refused by the handler; it still counts one.
     n.unwrap_or(1).max(1)
 }
@@ -217,7 +237,7 @@ mod tests {
     use super::*;
 
     fn tei(body: &str) -> usize {
-        count_inputs(body.as_bytes(), Flavor::Tei, &Limits::default())
+        count_inputs(body.as_bytes(), Route::Embed, &Limits::default())
     }
 
     #[test]
@@ -235,7 +255,10 @@ mod tests {
         assert_eq!(scan_inputs(br#"{"inputs": []}"#, b"inputs"), Some(0));
         assert_eq!(tei(r#"{"inputs": []}"#), 1);
         let openai = br#"{"model": "m", "input": ["x", "y"], "encoding_format": "float"}"#;
-        assert_eq!(count_inputs(openai, Flavor::OpenAi, &Limits::default()), 2);
+        assert_eq!(
+            count_inputs(openai, Route::OpenAiEmbeddings, &Limits::default()),
+            2
+        );
     }
 
     #[test]
@@ -263,5 +286,27 @@ mod tests {
         assert_eq!(admit(Flavor::OpenAi, 33, 32, 64).unwrap_err().status, 429);
         // Alone, a request larger than the limit is served.
         assert_eq!(admit(Flavor::OpenAi, 2048, 0, 64).ok(), Some(2048));
+    }
+
+    #[test]
+    fn every_pair_and_sentence_counts_one() {
+        let n = |body: &str, route| count_inputs(body.as_bytes(), route, &Limits::default());
+        assert_eq!(
+            n(r#"{"query": "q", "texts": ["a", "b", "c"]}"#, Route::Rerank),
+            3
+        );
+        let cohere = Route::CohereRerank(super::super::CohereVersion::V2);
+        assert_eq!(
+            n(
+                r#"{"query": "q", "documents": [{"text": "a"}, "b"]}"#,
+                cohere
+            ),
+            2
+        );
+        assert_eq!(n(r#"{"inputs": ["a", "b"]}"#, Route::Predict), 1);
+        assert_eq!(n(r#"{"inputs": [["a", "b"], ["c"]]}"#, Route::Predict), 2);
+        let sim = r#"{"inputs": {"source_sentence": "s", "sentences": ["a", "b"]}}"#;
+        assert_eq!(n(sim, Route::Similarity), 3);
+        assert_eq!(n(r#"{"inputs": ["a", "b"]}"#, Route::EmbedSparse), 2);
     }
 }

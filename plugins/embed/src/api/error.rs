@@ -39,6 +39,10 @@ pub enum Flavor {
     Tei,
     /// OpenAI: `/v1/embeddings`.
     OpenAi,
+    /// Cohere: `/v1/rerank` and `/v2/rerank`; `{"message": ...}` with
+    /// OpenAI's statuses (Cohere's API answers a bad request 400, overload
+    /// 429, its own failures 500).
+    Cohere,
 }
 
 /// An error reply: status, shape and text, ready to render with
@@ -102,7 +106,7 @@ impl ApiError {
     pub(crate) fn invalid(flavor: Flavor, param: &'static str, message: String) -> Self {
         match flavor {
             Flavor::Tei => ApiError::new(422, flavor, VALIDATION, message).with_param(param),
-            Flavor::OpenAi => ApiError::new(400, flavor, INVALID_REQUEST, message)
+            Flavor::OpenAi | Flavor::Cohere => ApiError::new(400, flavor, INVALID_REQUEST, message)
                 .with_param(param)
                 .with_code("invalid_value"),
         }
@@ -116,7 +120,7 @@ impl ApiError {
         );
         let kind = match flavor {
             Flavor::Tei => VALIDATION,
-            Flavor::OpenAi => INVALID_REQUEST,
+            Flavor::OpenAi | Flavor::Cohere => INVALID_REQUEST,
         };
         ApiError::new(400, flavor, kind, message).with_code("invalid_json")
     }
@@ -125,13 +129,24 @@ impl ApiError {
     /// (TEI itself answers 413 `Validation` for an empty string), OpenAI 400.
     pub fn empty_input(flavor: Flavor) -> Self {
         let field = input_field(flavor);
-        let message = format!(
-            "`{field}` is empty: send a non-empty string or a non-empty list of non-empty strings"
-        );
+        ApiError::empty_field(
+            flavor,
+            field,
+            format!(
+                "`{field}` is empty: send a non-empty string or a non-empty list of non-empty \
+                 strings"
+            ),
+        )
+    }
+
+    /// `field` holds nothing to compute (`message` says what it takes):
+    /// [`ApiError::empty_input`]'s statuses, for the routes whose inputs go
+    /// by another name (`texts`, `documents`, `sentences`).
+    pub(crate) fn empty_field(flavor: Flavor, field: &'static str, message: String) -> Self {
         match flavor {
-            Flavor::Tei => ApiError::new(400, flavor, EMPTY, message).with_param("inputs"),
-            Flavor::OpenAi => ApiError::new(400, flavor, INVALID_REQUEST, message)
-                .with_param("input")
+            Flavor::Tei => ApiError::new(400, flavor, EMPTY, message).with_param(field),
+            Flavor::OpenAi | Flavor::Cohere => ApiError::new(400, flavor, INVALID_REQUEST, message)
+                .with_param(field)
                 .with_code("empty_input"),
         }
     }
@@ -140,9 +155,14 @@ impl ApiError {
     /// 400. Each route has its own limit, so the message names the setting
     /// of the route the request came in on.
     pub fn too_many(flavor: Flavor, n: usize, max: usize) -> Self {
-        let field = input_field(flavor);
+        ApiError::too_many_in(flavor, input_field(flavor), n, max)
+    }
+
+    /// [`ApiError::too_many`] for a list of another name (`texts`,
+    /// `documents`); Cohere's route keeps TEI's per-request limit.
+    pub(crate) fn too_many_in(flavor: Flavor, field: &'static str, n: usize, max: usize) -> Self {
         let setting = match flavor {
-            Flavor::Tei => ENV_MAX_CLIENT_BATCH_SIZE,
+            Flavor::Tei | Flavor::Cohere => ENV_MAX_CLIENT_BATCH_SIZE,
             Flavor::OpenAi => ENV_MAX_OPENAI_INPUTS,
         };
         let message = format!(
@@ -150,9 +170,9 @@ impl ApiError {
              `{field}` per request, or raise the server's limit ({setting})"
         );
         match flavor {
-            Flavor::Tei => ApiError::new(413, flavor, VALIDATION, message).with_param("inputs"),
-            Flavor::OpenAi => ApiError::new(400, flavor, INVALID_REQUEST, message)
-                .with_param("input")
+            Flavor::Tei => ApiError::new(413, flavor, VALIDATION, message).with_param(field),
+            Flavor::OpenAi | Flavor::Cohere => ApiError::new(400, flavor, INVALID_REQUEST, message)
+                .with_param(field)
                 .with_code("too_many_inputs"),
         }
     }
@@ -165,7 +185,7 @@ impl ApiError {
     pub fn token_ids(flavor: Flavor) -> Self {
         let field = input_field(flavor);
         let how = match flavor {
-            Flavor::Tei => String::new(),
+            Flavor::Tei | Flavor::Cohere => String::new(),
             Flavor::OpenAi => " (LangChain's OpenAIEmbeddings sends token ids unless it is made \
                  with check_embedding_ctx_length=False)"
                 .to_string(),
@@ -179,7 +199,7 @@ impl ApiError {
         );
         let kind = match flavor {
             Flavor::Tei => VALIDATION,
-            Flavor::OpenAi => INVALID_REQUEST,
+            Flavor::OpenAi | Flavor::Cohere => INVALID_REQUEST,
         };
         ApiError::new(422, flavor, kind, message)
             .with_param(field)
@@ -204,7 +224,7 @@ impl ApiError {
         );
         let kind = match flavor {
             Flavor::Tei => VALIDATION,
-            Flavor::OpenAi => INVALID_REQUEST,
+            Flavor::OpenAi | Flavor::Cohere => INVALID_REQUEST,
         };
         ApiError::new(422, flavor, kind, message)
             .with_param(field)
@@ -215,22 +235,35 @@ impl ApiError {
     /// truncation is off. TEI 413 `Validation`, OpenAI 400
     /// `context_length_exceeded`.
     pub fn too_long(flavor: Flavor, index: usize, tokens: usize, max: usize) -> Self {
+        ApiError::too_long_in(flavor, input_field(flavor), index, tokens, max)
+    }
+
+    /// [`ApiError::too_long`] for item `index` of a list of another name
+    /// (`texts`, `sentences`); a pair counts the query's tokens too.
+    pub(crate) fn too_long_in(
+        flavor: Flavor,
+        field: &'static str,
+        index: usize,
+        tokens: usize,
+        max: usize,
+    ) -> Self {
         let fix = match flavor {
             Flavor::Tei => {
                 "send \"truncate\": true to cut it to the limit, shorten it, or start \
                             the server with auto-truncation"
             }
-            Flavor::OpenAi => "shorten it, or start the server with auto-truncation",
+            Flavor::OpenAi | Flavor::Cohere => {
+                "shorten it, or start the server with auto-truncation"
+            }
         };
-        let field = input_field(flavor);
         let message = format!(
             "`{field}` item {index} has {tokens} tokens, more than the model's maximum of \
              {max} tokens: {fix} ({ENV_AUTO_TRUNCATE}=1)"
         );
         match flavor {
-            Flavor::Tei => ApiError::new(413, flavor, VALIDATION, message).with_param("inputs"),
-            Flavor::OpenAi => ApiError::new(400, flavor, INVALID_REQUEST, message)
-                .with_param("input")
+            Flavor::Tei => ApiError::new(413, flavor, VALIDATION, message).with_param(field),
+            Flavor::OpenAi | Flavor::Cohere => ApiError::new(400, flavor, INVALID_REQUEST, message)
+                .with_param(field)
                 .with_code("context_length_exceeded"),
         }
     }
@@ -243,7 +276,7 @@ impl ApiError {
         );
         let kind = match flavor {
             Flavor::Tei => VALIDATION,
-            Flavor::OpenAi => INVALID_REQUEST,
+            Flavor::OpenAi | Flavor::Cohere => INVALID_REQUEST,
         };
         ApiError::new(413, flavor, kind, message).with_code("payload_too_large")
     }
@@ -253,7 +286,7 @@ impl ApiError {
         let message = format!("tokenization failed: {why}");
         match flavor {
             Flavor::Tei => ApiError::new(422, flavor, TOKENIZER, message),
-            Flavor::OpenAi => ApiError::new(400, flavor, INVALID_REQUEST, message)
+            Flavor::OpenAi | Flavor::Cohere => ApiError::new(400, flavor, INVALID_REQUEST, message)
                 .with_param("input")
                 .with_code("tokenizer_error"),
         }
@@ -281,7 +314,7 @@ impl ApiError {
         };
         let kind = match flavor {
             Flavor::Tei => VALIDATION,
-            Flavor::OpenAi => INVALID_REQUEST,
+            Flavor::OpenAi | Flavor::Cohere => INVALID_REQUEST,
         };
         ApiError::new(422, flavor, kind, message)
             .with_param("prompt_name")
@@ -292,9 +325,31 @@ impl ApiError {
     pub fn not_implemented(flavor: Flavor, why: &str) -> Self {
         let kind = match flavor {
             Flavor::Tei => BACKEND,
-            Flavor::OpenAi => SERVER_ERROR,
+            Flavor::OpenAi | Flavor::Cohere => SERVER_ERROR,
         };
         ApiError::new(501, flavor, kind, why.to_string()).with_code("not_implemented")
+    }
+
+    /// The model cannot answer this route (`/rerank` on an embedder,
+    /// `/embed` on a reranker): 424, as TEI answers it (`Backend`, TEI's
+    /// "model is not a ... model"), in each route's shape. `needs` is what
+    /// the route takes ("a re-ranker"), `kind` and `serves` what this
+    /// model is and the routes it answers.
+    pub fn wrong_model(flavor: Flavor, needs: &str, kind: &str, serves: &str) -> Self {
+        let message = format!(
+            "model is not {needs} model: this server's model is a{} {kind} model, which \
+             answers {serves}; send this request to a server of {needs} model",
+            if kind.starts_with(['a', 'e', 'i', 'o', 'u']) {
+                "n"
+            } else {
+                ""
+            }
+        );
+        let kind = match flavor {
+            Flavor::Tei => BACKEND,
+            Flavor::OpenAi | Flavor::Cohere => INVALID_REQUEST,
+        };
+        ApiError::new(424, flavor, kind, message).with_code("wrong_model_type")
     }
 
     /// Too much work queued; the client may retry later. 429 on both routes.
@@ -302,7 +357,7 @@ impl ApiError {
         let message = format!("the model is overloaded: {why}; retry later");
         match flavor {
             Flavor::Tei => ApiError::new(429, flavor, OVERLOADED, message),
-            Flavor::OpenAi => {
+            Flavor::OpenAi | Flavor::Cohere => {
                 ApiError::new(429, flavor, RATE_LIMIT, message).with_code("overloaded")
             }
         }
@@ -313,7 +368,7 @@ impl ApiError {
         let message = format!("the model is unavailable: {why}");
         let kind = match flavor {
             Flavor::Tei => UNHEALTHY,
-            Flavor::OpenAi => SERVER_ERROR,
+            Flavor::OpenAi | Flavor::Cohere => SERVER_ERROR,
         };
         ApiError::new(503, flavor, kind, message).with_code("unavailable")
     }
@@ -323,7 +378,7 @@ impl ApiError {
         let message = format!("inference failed: {why}");
         match flavor {
             Flavor::Tei => ApiError::new(424, flavor, BACKEND, message),
-            Flavor::OpenAi => {
+            Flavor::OpenAi | Flavor::Cohere => {
                 ApiError::new(500, flavor, SERVER_ERROR, message).with_code("inference_failed")
             }
         }
@@ -335,7 +390,7 @@ impl ApiError {
         let message = format!("internal error: {why}");
         let kind = match flavor {
             Flavor::Tei => BACKEND,
-            Flavor::OpenAi => SERVER_ERROR,
+            Flavor::OpenAi | Flavor::Cohere => SERVER_ERROR,
         };
         ApiError::new(500, flavor, kind, message).with_code("internal_error")
     }
@@ -345,14 +400,16 @@ impl ApiError {
         let flavor = flavor_of_path(path);
         let message = format!(
             "no route for {} {}: this server answers POST /embed, POST /, POST /v1/embeddings, \
-             POST /embed_all, POST /tokenize, POST /decode, GET /health, GET /info and \
-             GET /openapi.json",
+             POST /embed_all, POST /embed_sparse, POST /similarity, POST /rerank, \
+             POST /predict, POST /v1/rerank, POST /v2/rerank, POST /tokenize, POST /decode, \
+             GET /health, GET /info and GET /openapi.json (GET /info's model_type says which \
+             of them this model answers)",
             String::from_utf8_lossy(method),
             String::from_utf8_lossy(path)
         );
         let kind = match flavor {
             Flavor::Tei => VALIDATION,
-            Flavor::OpenAi => INVALID_REQUEST,
+            Flavor::OpenAi | Flavor::Cohere => INVALID_REQUEST,
         };
         ApiError::new(404, flavor, kind, message).with_code("not_found")
     }
@@ -368,7 +425,7 @@ impl ApiError {
         );
         let kind = match flavor {
             Flavor::Tei => VALIDATION,
-            Flavor::OpenAi => INVALID_REQUEST,
+            Flavor::OpenAi | Flavor::Cohere => INVALID_REQUEST,
         };
         let mut e = ApiError::new(405, flavor, kind, message).with_code("method_not_allowed");
         e.allow = Some(allow);
@@ -400,6 +457,13 @@ impl ApiError {
                 write_str(&self.message, out);
                 out.extend_from_slice(b",\"error_type\":");
                 write_str(self.kind, out);
+                out.push(b'}');
+            }
+            // Cohere's: the message alone (its SDK raises the status's
+            // exception with the body).
+            Flavor::Cohere => {
+                out.extend_from_slice(b"{\"message\":");
+                write_str(&self.message, out);
                 out.push(b'}');
             }
             Flavor::OpenAi => {
@@ -436,6 +500,7 @@ fn input_field(flavor: Flavor) -> &'static str {
     match flavor {
         Flavor::Tei => "inputs",
         Flavor::OpenAi => "input",
+        Flavor::Cohere => "documents",
     }
 }
 
@@ -443,11 +508,14 @@ fn example(flavor: Flavor) -> &'static str {
     match flavor {
         Flavor::Tei => "{\"inputs\": [\"some text\"]}",
         Flavor::OpenAi => "{\"input\": [\"some text\"], \"model\": \"...\"}",
+        Flavor::Cohere => "{\"query\": \"a question\", \"documents\": [\"some text\"]}",
     }
 }
 
 fn flavor_of_path(path: &[u8]) -> Flavor {
-    if path.starts_with(b"/v1/") || path == b"/v1" {
+    if path == b"/v1/rerank" || path == b"/v2/rerank" {
+        Flavor::Cohere
+    } else if path.starts_with(b"/v1/") || path == b"/v1" {
         Flavor::OpenAi
     } else {
         Flavor::Tei

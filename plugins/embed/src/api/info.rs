@@ -14,6 +14,7 @@
 //! fields they do not know).
 
 use super::json::{write_str, write_usize};
+use super::route::ModelKind;
 
 /// What `/info` reports. Every field is a fact about this server; the
 /// `Option`s are written as `null` when unknown.
@@ -25,8 +26,15 @@ pub struct InfoFields<'a> {
     pub model_sha: Option<&'a str>,
     /// The weights' dtype as run, TEI's spelling: `float32`, `float16`.
     pub model_dtype: &'a str,
-    /// The pooling, TEI's spelling: `mean`, `cls`, ...
+    /// The pooling, TEI's spelling: `mean`, `cls`, ... (an embedding
+    /// model's; a sparse model's is `splade`, as TEI reports it).
     pub pooling: &'a str,
+    /// What the model is served for: `model_type`'s key, and this
+    /// server's own `task` field (`embedding`, `reranker`, `classifier`,
+    /// `sparse`), since TEI reports a SPLADE model as an embedding one.
+    pub kind: ModelKind,
+    /// A cross-encoder's labels, in id order (`id2label`, `label2id`).
+    pub labels: &'a [String],
     /// The embedding width. Not one of TEI's fields (TEI has none for it);
     /// not written, kept so the plugin has one place for the model's facts.
     pub dim: usize,
@@ -77,9 +85,9 @@ pub fn write_info(info: &InfoFields<'_>, out: &mut Vec<u8>) {
     opt_str(info.model_sha, out);
     out.extend_from_slice(b",\"model_dtype\":");
     write_str(info.model_dtype, out);
-    out.extend_from_slice(b",\"model_type\":{\"embedding\":{\"pooling\":");
-    write_str(info.pooling, out);
-    out.extend_from_slice(b"}},\"max_concurrent_requests\":");
+    out.extend_from_slice(b",\"model_type\":");
+    write_model_type(info, out);
+    out.extend_from_slice(b",\"max_concurrent_requests\":");
     write_usize(info.max_concurrent_requests, out);
     out.extend_from_slice(b",\"max_input_length\":");
     write_usize(info.max_input_length, out);
@@ -123,7 +131,46 @@ pub fn write_info(info: &InfoFields<'_>, out: &mut Vec<u8>) {
     opt_str(info.default_prompt_name, out);
     out.extend_from_slice(b",\"max_concurrent_inputs\":");
     write_usize(info.max_concurrent_inputs, out);
+    out.extend_from_slice(b",\"task\":");
+    write_str(info.kind.name(), out);
     out.push(b'}');
+}
+
+/// TEI's `ModelType`: `{"embedding": {"pooling"}}` (SPLADE's pooling
+/// `splade`), or `{"reranker" | "classifier": {"id2label": {"0": label},
+/// "label2id": {label: 0}}}`.
+fn write_model_type(info: &InfoFields<'_>, out: &mut Vec<u8>) {
+    let key = match info.kind {
+        ModelKind::Embedding | ModelKind::Sparse => {
+            out.extend_from_slice(b"{\"embedding\":{\"pooling\":");
+            write_str(info.pooling, out);
+            out.extend_from_slice(b"}}");
+            return;
+        }
+        ModelKind::Reranker => "reranker",
+        ModelKind::Classifier => "classifier",
+    };
+    out.push(b'{');
+    write_str(key, out);
+    out.extend_from_slice(b":{\"id2label\":{");
+    for (i, label) in info.labels.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_str(&i.to_string(), out);
+        out.push(b':');
+        write_str(label, out);
+    }
+    out.extend_from_slice(b"},\"label2id\":{");
+    for (i, label) in info.labels.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_str(label, out);
+        out.push(b':');
+        write_usize(i, out);
+    }
+    out.extend_from_slice(b"}}}");
 }
 
 fn opt_str(v: Option<&str>, out: &mut Vec<u8>) {
@@ -144,6 +191,8 @@ mod tests {
             model_sha: None,
             model_dtype: "float32",
             pooling: "mean",
+            kind: ModelKind::Embedding,
+            labels: &[],
             dim: 384,
             max_concurrent_requests: 512,
             max_input_length: 256,
@@ -192,10 +241,12 @@ mod tests {
             "prompts",
             "default_prompt_name",
             "max_concurrent_inputs",
+            "task",
         ] {
             assert!(keys.contains(&k), "missing {k}");
         }
-        assert_eq!(obj.len(), 20);
+        assert_eq!(obj.len(), 21);
+        assert_eq!(v["task"], "embedding");
         assert_eq!(v["payload_limit"], 2_000_000);
         assert_eq!(v["prompts"], serde_json::json!([]));
         assert_eq!(v["max_openai_inputs"], 2048);
@@ -220,5 +271,29 @@ mod tests {
         assert_eq!(v["model_id"], "/models/\"odd\" name");
         assert_eq!(v["max_batch_requests"], 8);
         assert_eq!(v["served_model_name"], "mini");
+    }
+
+    #[test]
+    fn cross_encoders_report_their_labels_as_tei_does() {
+        let labels = ["neg".to_string(), "pos".into()];
+        let mut i = sample();
+        i.kind = ModelKind::Classifier;
+        i.labels = &labels;
+        let mut out = Vec::new();
+        write_info(&i, &mut out);
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            v["model_type"],
+            serde_json::json!({"classifier": {"id2label": {"0": "neg", "1": "pos"},
+                                              "label2id": {"neg": 0, "pos": 1}}})
+        );
+        assert_eq!(v["task"], "classifier");
+        i.kind = ModelKind::Sparse;
+        i.pooling = "splade";
+        out.clear();
+        write_info(&i, &mut out);
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["model_type"]["embedding"]["pooling"], "splade");
+        assert_eq!(v["task"], "sparse");
     }
 }

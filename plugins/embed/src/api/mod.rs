@@ -16,27 +16,44 @@
 //! (`openapi.json` beside this file, with the server's limits filled in).
 //! [`parse_tokenize`], [`parse_decode`] and [`parse_embed_all`] serve TEI's
 //! token routes; [`Timing`] writes TEI's `x-*-time` headers.
+//!
+//! The other models' routes, a file each: `rerank.rs` (TEI's `/rerank`),
+//! `cohere.rs` (Cohere's `/v1/rerank`, `/v2/rerank`), `predict.rs`
+//! (`/predict`), `similarity.rs` (`/similarity`), `sparse.rs`
+//! (`/embed_sparse`), `scores.rs` (logits to scores, shared). Which model
+//! answers which route is [`ROUTES`]' to say, and [`resolve`] decides it.
 
 mod admission;
+mod cohere;
 mod error;
 mod info;
 mod json;
 mod openapi;
+mod predict;
 mod render;
 mod request;
+mod rerank;
 mod route;
+mod scores;
+mod similarity;
+mod sparse;
 mod timing;
 mod tokens;
 
 pub use admission::{RETRY_AFTER, admit, count_inputs};
+pub use cohere::{parse_cohere, request_id, write_cohere};
 pub use error::{ApiError, Flavor};
 pub use info::{InfoFields, write_info};
 pub use openapi::openapi_document;
+pub use predict::{PredictCall, Sequence, parse_predict, write_predict};
 pub use render::{shrink_rows, write_openai, write_tei};
 pub use request::{
     EmbedCall, Encoding, Inputs, Limits, TruncationDirection, parse_openai, parse_tei,
 };
-pub use route::{ROUTES, Route, route};
+pub use rerank::{RerankCall, parse_rerank, write_rerank};
+pub use route::{CohereVersion, ModelKind, ROUTES, Route, RouteEntry, resolve, route, served_by};
+pub use similarity::{SimilarityCall, parse_similarity, write_similarity};
+pub use sparse::write_sparse;
 pub use timing::{COMPUTE_TYPE, Timing};
 pub use tokens::{
     DecodeCall, TokenOut, TokenizeCall, parse_decode, parse_embed_all, parse_tokenize,

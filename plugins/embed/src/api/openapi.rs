@@ -14,6 +14,7 @@
 use serde_json::Value;
 
 use super::request::Limits;
+use super::route::{ModelKind, ROUTES};
 
 /// The document as checked in: the default [`Limits`] but with token ids
 /// accepted, this crate's version.
@@ -59,6 +60,22 @@ const LIMITS: &[(&str, Limit)] = &[
     ("/components/schemas/DecodeId/maximum", |l| {
         l.vocab.saturating_sub(1)
     }),
+    (
+        "/components/schemas/RerankRequest/properties/texts/maxItems",
+        |l| l.max_client_batch_size,
+    ),
+    (
+        "/components/schemas/PredictRequest/properties/inputs/oneOf/2/maxItems",
+        |l| l.max_client_batch_size,
+    ),
+    (
+        "/components/schemas/SimilarityRequest/properties/inputs/properties/sentences/maxItems",
+        |l| l.max_client_batch_size,
+    ),
+    (
+        "/components/schemas/CohereRerankRequest/properties/documents/maxItems",
+        |l| l.max_client_batch_size,
+    ),
 ];
 
 /// Where the token-id forms are in `oneOf` of `TeiInputs` and
@@ -67,11 +84,29 @@ const LIMITS: &[(&str, Limit)] = &[
 const ID_FORMS: std::ops::Range<usize> = 2..4;
 
 /// The OpenAPI document for a server with `limits`, as `version`: JSON
-/// bytes. An error only if the checked-in document were not JSON or lacked
-/// one of the places a limit goes, which the unit tests rule out.
-pub fn openapi_document(limits: &Limits, version: &str) -> Result<Vec<u8>, String> {
+/// bytes, of the routes a model of `kind` answers (all of them for
+/// `None`, as checked in). An error only if the checked-in document were
+/// not JSON or lacked one of the places a limit goes, which the unit tests
+/// rule out.
+pub fn openapi_document(
+    limits: &Limits,
+    version: &str,
+    kind: Option<ModelKind>,
+) -> Result<Vec<u8>, String> {
     let mut doc: Value = serde_json::from_str(DOCUMENT)
         .map_err(|e| format!("the built-in OpenAPI document is not JSON: {e}"))?;
+    // A route the model cannot answer is a 424 whatever is sent: listed,
+    // it would promise what the server refuses.
+    if let (Some(kind), Some(paths)) = (
+        kind,
+        doc.pointer_mut("/paths").and_then(Value::as_object_mut),
+    ) {
+        paths.retain(|path, _| {
+            ROUTES
+                .iter()
+                .any(|e| e.path == path && e.serves.contains(&kind))
+        });
+    }
     for (pointer, value) in LIMITS {
         let slot = doc
             .pointer_mut(pointer)
@@ -120,12 +155,12 @@ pub fn openapi_document(limits: &Limits, version: &str) -> Result<Vec<u8>, Strin
 #[cfg(test)]
 mod tests {
     use super::super::error::{ApiError, Flavor};
-    use super::super::route::{ROUTES, Route, route};
+    use super::super::route::{Route, RouteEntry, route};
     use super::*;
     use std::collections::BTreeSet;
 
     fn doc(limits: &Limits) -> Value {
-        serde_json::from_slice(&openapi_document(limits, env!("CARGO_PKG_VERSION")).unwrap())
+        serde_json::from_slice(&openapi_document(limits, env!("CARGO_PKG_VERSION"), None).unwrap())
             .unwrap()
     }
 
@@ -198,7 +233,8 @@ mod tests {
             s["OpenAiRequest"]["properties"]["dimensions"]["maximum"],
             16
         );
-        let d: Value = serde_json::from_slice(&openapi_document(&l, "9.9.9").unwrap()).unwrap();
+        let d: Value =
+            serde_json::from_slice(&openapi_document(&l, "9.9.9", None).unwrap()).unwrap();
         assert_eq!(d["info"]["version"], "9.9.9");
         let l = Limits {
             prompt_names: vec!["query".into()],
@@ -216,9 +252,15 @@ mod tests {
         let d = doc(&Limits::default());
         let paths = d["paths"].as_object().unwrap();
         let documented: BTreeSet<&str> = paths.keys().map(String::as_str).collect();
-        let routed: BTreeSet<&str> = ROUTES.iter().map(|(p, _, _)| *p).collect();
+        let routed: BTreeSet<&str> = ROUTES.iter().map(|e| e.path).collect();
         assert_eq!(documented, routed);
-        for &(path, target, allow) in ROUTES {
+        for &RouteEntry {
+            path,
+            route: target,
+            methods: allow,
+            ..
+        } in ROUTES
+        {
             let methods: BTreeSet<String> = paths[path]
                 .as_object()
                 .unwrap()
@@ -291,7 +333,7 @@ mod tests {
                             allowed(schema, "error_type").contains(&e.kind.into()),
                             "{path} {e}"
                         ),
-                        Flavor::OpenAi => {
+                        Flavor::OpenAi | Flavor::Cohere => {
                             assert!(allowed(schema, "type").contains(&e.kind.into()), "{e}");
                             let code = e.code.map(Value::from).unwrap_or(Value::Null);
                             assert!(allowed(schema, "code").contains(&code), "{path} {e}");
@@ -327,5 +369,45 @@ mod tests {
                 .contains("GET /openapi.json")
         );
         assert_eq!(route(b"GET", b"/openapi.json"), Route::OpenApi);
+    }
+
+    #[test]
+    fn a_server_lists_the_routes_its_model_answers() {
+        let paths = |kind| -> BTreeSet<String> {
+            let d: Value = serde_json::from_slice(
+                &openapi_document(&Limits::default(), "0", Some(kind)).unwrap(),
+            )
+            .unwrap();
+            d["paths"].as_object().unwrap().keys().cloned().collect()
+        };
+        let embedder = paths(ModelKind::Embedding);
+        assert!(embedder.contains("/embed") && embedder.contains("/similarity"));
+        assert!(!embedder.contains("/rerank") && !embedder.contains("/v2/rerank"));
+        let reranker = paths(ModelKind::Reranker);
+        for p in [
+            "/",
+            "/rerank",
+            "/predict",
+            "/v1/rerank",
+            "/v2/rerank",
+            "/info",
+        ] {
+            assert!(reranker.contains(p), "{p}");
+        }
+        assert!(!reranker.contains("/embed"));
+        let sparse = paths(ModelKind::Sparse);
+        assert!(sparse.contains("/embed_sparse") && !sparse.contains("/predict"));
+        // A limit reaches the new routes' lists too.
+        let l = Limits {
+            max_client_batch_size: 5,
+            ..Limits::default()
+        };
+        let d = doc(&l);
+        let s = &d["components"]["schemas"];
+        assert_eq!(s["RerankRequest"]["properties"]["texts"]["maxItems"], 5);
+        assert_eq!(
+            s["CohereRerankRequest"]["properties"]["documents"]["maxItems"],
+            5
+        );
     }
 }

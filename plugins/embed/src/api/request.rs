@@ -334,6 +334,7 @@ pub(super) fn parse_object(
             let field = match flavor {
                 Flavor::Tei => "inputs",
                 Flavor::OpenAi => "input",
+                Flavor::Cohere => "documents",
             };
             Err(ApiError::invalid(
                 flavor,
@@ -355,7 +356,7 @@ pub(super) fn take_inputs(
 ) -> Result<Inputs, ApiError> {
     let shape = "a string or a list of strings";
     let max = match flavor {
-        Flavor::Tei => limits.max_client_batch_size,
+        Flavor::Tei | Flavor::Cohere => limits.max_client_batch_size,
         Flavor::OpenAi => limits.max_openai_inputs,
     };
     let items = match value {

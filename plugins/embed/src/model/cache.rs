@@ -30,8 +30,11 @@
 //! tensor. Names are the safetensors names without their prefix (`bert.`,
 //! `roberta.`...), except query, key and value stacked into one product
 //! (BERT's `attention.self.qkv`; columns: query's, key's, value's), BERT's
-//! `embeddings.token_type_embeddings.0` (type 0's row alone), and the
-//! zeros an architecture declares for biases its layers lack.
+//! `embeddings.token_type_embeddings.0` (type 0's row alone; `.1` too for a
+//! cross-encoder), and the zeros an architecture declares for biases its
+//! layers lack. A head's tensors (heads/) keep their names at the file's
+//! root (`classifier.weight`). An embedder's table is what it was before
+//! heads existed, so its cache is too (no version bump).
 //!
 //! A cache is used only when all of it checks: magic, version, length,
 //! the source's size and mtime, the table (against the architecture's
@@ -86,6 +89,8 @@ struct Spec {
     offset: usize,
     len: usize,
     origin: Origin,
+    /// Read at the file's root, not under its prefix.
+    root: bool,
 }
 
 /// The architecture's tensors, where each goes, and the table.
@@ -111,6 +116,7 @@ impl Plan {
                     offset,
                     len: d.len,
                     origin: d.origin,
+                    root: d.root,
                 };
                 offset += (s.len * 4).next_multiple_of(ALIGN);
                 s
@@ -353,18 +359,23 @@ fn write(st: &SafeTensors, plan: &Plan, source: Source, tmp: &Path) -> Result<()
         .map_err(io("cannot create", tmp))?;
     let mut lanes = LANES;
     for s in &plan.specs {
+        let get =
+            |name: &str, shape: &[usize]| st.get_at(name, shape, s.root).map_err(BuildError::Model);
         let data: Vec<f32> = match &s.origin {
-            Origin::Rows { name, shape, take } => {
-                let mut v = st.get(name, shape).map_err(BuildError::Model)?;
-                v.truncate(*take);
-                v
+            Origin::Rows {
+                name,
+                shape,
+                skip,
+                take,
+            } => {
+                let v = get(name, shape)?;
+                v[*skip..*skip + *take].to_vec()
             }
             Origin::Panels { parts, k } => {
                 let ws = parts
                     .iter()
-                    .map(|(n, cols)| st.get(&format!("{n}.weight"), &[*cols, *k]))
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(BuildError::Model)?;
+                    .map(|(n, cols)| get(&format!("{n}.weight"), &[*cols, *k]))
+                    .collect::<Result<Vec<_>, _>>()?;
                 let sized: Vec<(&[f32], usize)> = ws
                     .iter()
                     .zip(parts)
@@ -375,10 +386,7 @@ fn write(st: &SafeTensors, plan: &Plan, source: Source, tmp: &Path) -> Result<()
             Origin::Biases(parts) => {
                 let mut v = Vec::with_capacity(s.len);
                 for (n, cols) in parts {
-                    v.extend(
-                        st.get(&format!("{n}.bias"), &[*cols])
-                            .map_err(BuildError::Model)?,
-                    );
+                    v.extend(get(&format!("{n}.bias"), &[*cols])?);
                 }
                 v
             }

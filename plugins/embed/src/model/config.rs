@@ -293,6 +293,35 @@ pub(crate) fn pipeline_config(dir: &Path) -> Result<PipelineConfig, ModelError> 
         None => None,
         Some(k) => Some(field_usize(&p, k, &pooling_file)?),
     };
+    let max_seq_length = max_seq_length(dir)?;
+    Ok(PipelineConfig {
+        pooling,
+        pooling_dim,
+        pooling_file,
+        normalize,
+        max_seq_length,
+    })
+}
+
+/// The pipeline of a task model without a Pooling module (a cross-encoder,
+/// SPLADE, whose heads pool for themselves): `pooling` as the head pools,
+/// no Normalize, max_seq_length as [`pipeline_config`] reads it.
+pub(crate) fn task_pipeline(dir: &Path, pooling: Pooling) -> Result<PipelineConfig, ModelError> {
+    Ok(PipelineConfig {
+        pooling,
+        pooling_dim: None,
+        pooling_file: dir.join("config.json"),
+        normalize: false,
+        max_seq_length: max_seq_length(dir)?,
+    })
+}
+
+/// sentence_bert_config.json's max_seq_length, else (as
+/// sentence-transformers, and CrossEncoder, which reads only the
+/// tokenizer's) tokenizer_config.json's model_max_length when it is a real
+/// bound, not transformers' "unbounded" 1e30; the position table caps
+/// either after.
+fn max_seq_length(dir: &Path) -> Result<Option<usize>, ModelError> {
     let sbert = dir.join("sentence_bert_config.json");
     let max_seq_length = if sbert.exists() {
         let s = read_json(&sbert)?;
@@ -303,20 +332,10 @@ pub(crate) fn pipeline_config(dir: &Path) -> Result<PipelineConfig, ModelError> 
     } else {
         None
     };
-    // As sentence-transformers: without a max_seq_length the tokenizer's
-    // model_max_length (when it is a real bound, not transformers'
-    // "unbounded" 1e30) caps the input, beside the position table.
-    let max_seq_length = match max_seq_length {
-        Some(n) => Some(n),
-        None => model_max_length(dir)?,
-    };
-    Ok(PipelineConfig {
-        pooling,
-        pooling_dim,
-        pooling_file,
-        normalize,
-        max_seq_length,
-    })
+    match max_seq_length {
+        Some(n) => Ok(Some(n)),
+        None => model_max_length(dir),
+    }
 }
 
 /// tokenizer_config.json's model_max_length, when the file exists and it

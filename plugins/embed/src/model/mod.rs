@@ -35,8 +35,12 @@
 //! the stacked query, key and value products (BERT's
 //! `attention.self.qkv`, DistilBERT's `attention.qkv_lin`, MPNet's
 //! `attention.attn.qkv`), BERT's
-//! `embeddings.token_type_embeddings.0` (type 0's row), and zeros for the
-//! biases an architecture lacks. `"rows"` tensors
+//! `embeddings.token_type_embeddings.0` (type 0's row; a BERT
+//! cross-encoder's cache adds `.1`, type 1's, for the second text of a
+//! pair), and zeros for the biases an architecture lacks. A task model's
+//! head follows the encoder's tensors under its own names in the file
+//! (`classifier.weight`, `cls.predictions.bias`; BERT's pooler as
+//! `pooler.dense`). `"rows"` tensors
 //! are row-major in `shape`; `"panels"` are a dense layer's `[out, in]`
 //! weight as `[panels, in, 64]`, panel p holding outputs 64p..64p+64
 //! (`columns` of them real, the rest zero).
@@ -72,7 +76,10 @@
 //! what it runs next, not the longest batch it has seen.
 //!
 //! Its files, from the top down: `registry` (config.json's model_type ->
-//! the architecture that serves it, or a refusal naming what is served),
+//! the architecture that serves it, its `architectures` and modules.json
+//! -> the task and head, or a refusal naming what is served), `task`,
+//! `heads/` (what a task model adds after the encoder: a cross-encoder's
+//! classifier head, SPLADE's masked-LM head and pooling),
 //! `arch/` (one file per architecture behind one trait: its config.json
 //! fields, its tensors declared once, its packed forward pass), `layers/`
 //! (the blocks architectures compose: the dense layer on 64-column panels
@@ -91,6 +98,7 @@ mod arch;
 mod cache;
 mod config;
 mod error;
+mod heads;
 #[macro_use]
 mod kernels;
 mod layers;
@@ -98,6 +106,7 @@ mod mmap;
 mod pooling;
 mod registry;
 mod strided;
+mod task;
 mod tensors;
 #[cfg(test)]
 mod test_support;
@@ -108,6 +117,7 @@ pub use cache::{FILE_NAME as CACHE_FILE_NAME, VERSION as CACHE_VERSION, checksum
 pub use config::Pooling;
 pub use error::ModelError;
 pub use registry::SUPPORTED as SUPPORTED_MODEL_TYPES;
+pub use task::Task;
 pub use tokenize::{Encoded, Side, TokenSpan, TokenizeError, Tokenizer, TooLong};
 
 use std::path::{Path, PathBuf};
@@ -151,6 +161,9 @@ pub struct ModelInfo {
     /// The architecture serving it: config.json's `model_type` (one of
     /// [`SUPPORTED_MODEL_TYPES`]).
     pub architecture: &'static str,
+    /// What it is served for: embeddings, scores of pairs or labels, or
+    /// sparse vectors.
+    pub task: Task,
     /// Length of an embedding (the hidden size for every pooling supported).
     pub dim: usize,
     /// Encoder layers.
@@ -194,6 +207,9 @@ pub struct Model {
     info: ModelInfo,
     tokenizer: Tokenizer,
     encoder: Box<dyn arch::Encoder>,
+    /// The classifier or SPLADE head ([`ModelInfo::task`]); None for an
+    /// embedder.
+    head: Option<heads::Loaded>,
     pool: Option<rayon::ThreadPool>,
     isa: kernels::Isa,
 }
@@ -210,6 +226,8 @@ impl std::fmt::Debug for Model {
 /// A folder's JSON files and tokenizer, read: all of it but the weights.
 struct Folder {
     arch: Box<dyn arch::Architecture>,
+    head: Option<heads::Head>,
+    task: Task,
     pipe: config::PipelineConfig,
     max_len: usize,
     tokenizer: Tokenizer,
@@ -224,8 +242,12 @@ impl Folder {
                 "point MODEL_DIR at a sentence-transformers model folder",
             ));
         }
-        let arch = registry::architecture(dir)?;
-        let pipe = config::pipeline_config(dir)?;
+        let registry::Chosen { arch, head, task } = registry::choose(dir)?;
+        let pipe = match &head {
+            None => config::pipeline_config(dir)?,
+            Some(heads::Head::Classifier(_)) => config::task_pipeline(dir, Pooling::Cls)?,
+            Some(heads::Head::Splade(_)) => config::task_pipeline(dir, Pooling::Max)?,
+        };
         let dims = arch.dims();
         let max_len = pipe
             .max_seq_length
@@ -233,6 +255,8 @@ impl Folder {
         let tokenizer = Tokenizer::load(dir, max_len, dims.vocab)?;
         Ok(Folder {
             arch,
+            head,
+            task,
             pipe,
             max_len,
             tokenizer,
@@ -272,6 +296,7 @@ impl Folder {
         ModelInfo {
             name,
             architecture: self.arch.name(),
+            task: self.task.clone(),
             dim: dims.hidden,
             layers: dims.layers,
             hidden: dims.hidden,
@@ -323,8 +348,18 @@ impl Model {
     pub fn load(dir: &Path, opts: LoadOptions) -> Result<Model, ModelError> {
         let folder = Folder::open(dir)?;
         let isa = kernels::Isa::detect();
-        let packed = cache::open(dir, folder.arch.tensors(), opts.cache_dir.as_deref())?;
+        let mut tensors = folder.arch.tensors();
+        let word = tensors.naming.anchor.clone();
+        let hidden = folder.arch.dims().hidden;
+        if let Some(head) = &folder.head {
+            head.declare(&mut tensors, hidden);
+        }
+        let packed = cache::open(dir, tensors, opts.cache_dir.as_deref())?;
         let encoder = folder.arch.encoder(&packed, folder.max_len, isa);
+        let head = folder
+            .head
+            .as_ref()
+            .map(|h| h.load(&packed, hidden, &word, isa));
         // After the weights: when config.json disagrees with them, the
         // tensors' shapes tell more than the pooling module does.
         folder.check_pooling_dim()?;
@@ -353,6 +388,7 @@ impl Model {
             info,
             tokenizer: folder.tokenizer,
             encoder,
+            head,
             pool,
             isa,
         })
@@ -387,11 +423,7 @@ impl Model {
             return out;
         }
         let seqs: Vec<&[u32]> = batch.iter().map(|e| e.ids()).collect();
-        let threads = self.info.threads;
-        let hidden = match &self.pool {
-            Some(p) => p.install(|| self.encoder.forward(&seqs, threads)),
-            None => self.encoder.forward(&seqs, 1),
-        };
+        let hidden = self.forward(batch);
         let mut row = 0;
         for (s, o) in seqs.iter().zip(out.chunks_exact_mut(dim)) {
             let len = s.len().min(self.info.max_len);
@@ -417,12 +449,7 @@ impl Model {
         if batch.is_empty() {
             return Vec::new();
         }
-        let seqs: Vec<&[u32]> = batch.iter().map(|e| e.ids()).collect();
-        let threads = self.info.threads;
-        let hidden = match &self.pool {
-            Some(p) => p.install(|| self.encoder.forward(&seqs, threads)),
-            None => self.encoder.forward(&seqs, 1),
-        };
+        let hidden = self.forward(batch);
         // Copied out: the pass's scratch goes back when it is dropped.
         hidden.to_vec()
     }
@@ -437,6 +464,75 @@ impl Model {
     /// Panics unless the parts' `n` add up to `batch.len()`.
     pub fn embed_split(&self, batch: &[Encoded], parts: &[(usize, bool)]) -> Vec<Vec<f32>> {
         split_rows(&self.embed(batch, false), self.info.dim, parts)
+    }
+
+    /// The encoder's packed pass over `batch` on the model's threads.
+    fn forward(&self, batch: &[Encoded]) -> mmap::Scratch {
+        let seqs: Vec<&[u32]> = batch.iter().map(|e| e.ids()).collect();
+        let second: Vec<usize> = batch.iter().map(Encoded::second).collect();
+        let threads = self.info.threads;
+        match &self.pool {
+            Some(p) => p.install(|| self.encoder.forward(&seqs, &second, threads)),
+            None => self.encoder.forward(&seqs, &second, 1),
+        }
+    }
+
+    /// Each input's tokens in the pass (cut at max_len, as the encoder
+    /// cuts them).
+    fn lens(&self, batch: &[Encoded]) -> Vec<usize> {
+        batch
+            .iter()
+            .map(|e| e.tokens().min(self.info.max_len))
+            .collect()
+    }
+
+    /// The classifier head's logits for a batch of a cross-encoder
+    /// ([`Task::Classify`]): `batch.len() * labels` floats, row after row
+    /// in the batch's order, raw (no sigmoid or softmax). Inputs come from
+    /// [`Tokenizer::tokenize_pairs`] (or [`Tokenizer::tokenize`] for one
+    /// text); the packed pass gives each token its own token type. Pairs
+    /// and single texts may share a batch.
+    ///
+    /// Panics when the model is not a cross-encoder: route by
+    /// [`ModelInfo::task`] first.
+    pub fn classify(&self, batch: &[Encoded]) -> Vec<f32> {
+        let Some(heads::Loaded::Classifier(head)) = &self.head else {
+            panic!(
+                "Model::classify on a {} model: only Task::Classify models have a classifier head",
+                self.info.task.kind()
+            );
+        };
+        if batch.is_empty() {
+            return Vec::new();
+        }
+        let hidden = self.forward(batch);
+        head.logits(&hidden, &self.lens(batch))
+    }
+
+    /// The sparse vectors of a batch of a SPLADE model ([`Task::Sparse`]):
+    /// per input, its nonzero `(vocabulary index, value)` entries in
+    /// ascending index, value = max over tokens of log(1 + relu(logit))
+    /// (or the sum, or log1p twice, as the folder's SpladePooling says).
+    ///
+    /// Panics when the model is not a SPLADE model: route by
+    /// [`ModelInfo::task`] first.
+    pub fn sparse(&self, batch: &[Encoded]) -> Vec<Vec<(u32, f32)>> {
+        let Some(heads::Loaded::Splade(head)) = &self.head else {
+            panic!(
+                "Model::sparse on a {} model: only Task::Sparse models have a SPLADE head",
+                self.info.task.kind()
+            );
+        };
+        if batch.is_empty() {
+            return Vec::new();
+        }
+        let hidden = self.forward(batch);
+        let lens = self.lens(batch);
+        let threads = self.info.threads;
+        match &self.pool {
+            Some(p) => p.install(|| head.vectors(&hidden, &lens, threads)),
+            None => head.vectors(&hidden, &lens, 1),
+        }
     }
 
     /// FLOPs of the dense layers for a batch of `tokens` tokens in all (for

@@ -9,10 +9,12 @@ use super::layers::linear::PANEL;
 /// Where a tensor of the cache comes from in model.safetensors (names
 /// without the file's prefix).
 pub(crate) enum Origin {
-    /// `take` leading floats of tensor `name`, whose shape must be `shape`.
+    /// `take` floats of tensor `name` from float `skip` on, whose shape
+    /// must be `shape`.
     Rows {
         name: String,
         shape: Vec<usize>,
+        skip: usize,
         take: usize,
     },
     /// The `[n, k]` weights `{name}.weight` of these layers (name, n),
@@ -40,6 +42,10 @@ pub(crate) struct Declared {
     /// Floats.
     pub len: usize,
     pub origin: Origin,
+    /// Its origin's names are the file's own, not under the base model's
+    /// prefix: a task model's head (`classifier.weight` beside
+    /// `bert.embeddings...`).
+    pub root: bool,
 }
 
 /// How an architecture's tensors are named in model.safetensors.
@@ -59,6 +65,9 @@ pub(crate) struct Naming {
 pub(crate) struct TensorList {
     pub naming: Naming,
     pub tensors: Vec<Declared>,
+    /// Whether tensors declared now are named at the file's root
+    /// ([`TensorList::at_root`]).
+    root: bool,
 }
 
 impl TensorList {
@@ -66,7 +75,16 @@ impl TensorList {
         TensorList {
             naming,
             tensors: Vec::new(),
+            root: false,
         }
+    }
+
+    /// Tensors declared from now on are read by their names in the file
+    /// as they are, without the base model's prefix (a task model's head:
+    /// `classifier.weight`, `cls.predictions.bias`), and keep those names
+    /// in the cache.
+    pub(crate) fn at_root(&mut self) {
+        self.root = true;
     }
 
     fn push(&mut self, name: String, shape: Vec<usize>, columns: Option<usize>, origin: Origin) {
@@ -77,6 +95,7 @@ impl TensorList {
             columns,
             len,
             origin,
+            root: self.root,
         });
     }
 
@@ -86,18 +105,20 @@ impl TensorList {
         let origin = Origin::Rows {
             name: name.into(),
             shape: shape.clone(),
+            skip: 0,
             take,
         };
         self.push(name.into(), shape, None, origin);
     }
 
-    /// The first row of `src` (of `src_shape`, rows of `src_shape[1]`), as
-    /// `name` (BERT's token type 0).
-    pub(crate) fn first_row(&mut self, name: &str, src: &str, src_shape: Vec<usize>) {
+    /// Row `row` of `src` (of `src_shape`, rows of `src_shape[1]`), as
+    /// `name` (BERT's token type 0, and type 1 for pairs).
+    pub(crate) fn one_row(&mut self, name: &str, src: &str, src_shape: Vec<usize>, row: usize) {
         let width = src_shape.get(1).copied().unwrap_or(0);
         let origin = Origin::Rows {
             name: src.into(),
             shape: src_shape,
+            skip: row * width,
             take: width,
         };
         self.push(name.into(), vec![width], None, origin);

@@ -44,6 +44,10 @@ pub struct TokenSpan {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Encoded {
     ids: Vec<u32>,
+    /// Where the second text of a pair starts: the first token whose
+    /// token type is 1 (`ids.len()` for one text, and for tokenizers whose
+    /// pairs keep type 0 throughout, as XLM-RoBERTa's).
+    second: usize,
 }
 
 impl Encoded {
@@ -56,6 +60,18 @@ impl Encoded {
     /// counts report as prompt tokens).
     pub fn tokens(&self) -> usize {
         self.ids.len()
+    }
+
+    /// The index of the first token of token type 1 (the second text of a
+    /// pair, for tokenizers that type it); [`Encoded::tokens`] when every
+    /// token is of type 0.
+    pub fn second(&self) -> usize {
+        self.second
+    }
+
+    fn one(ids: Vec<u32>) -> Encoded {
+        let second = ids.len();
+        Encoded { ids, second }
     }
 }
 
@@ -276,7 +292,7 @@ impl Tokenizer {
                 });
             }
             if ids.len() <= self.max_len {
-                out.push(Encoded { ids: ids.clone() });
+                out.push(Encoded::one(ids.clone()));
                 continue;
             }
             let Some(side) = cut else {
@@ -309,7 +325,7 @@ impl Tokenizer {
                     kept
                 }
             };
-            out.push(Encoded { ids: kept });
+            out.push(Encoded::one(kept));
         }
         Ok(out)
     }
@@ -356,7 +372,55 @@ impl Tokenizer {
                 }
                 .into());
             }
-            out.push(Encoded { ids: ids.to_vec() });
+            out.push(Encoded::one(ids.to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// Tokenizes (query, text) pairs as the model's tokenizer encodes a pair
+    /// (`[CLS] a [SEP] b [SEP]` with token types 0 and 1 for BERT,
+    /// `<s> a </s></s> b </s>` for XLM-RoBERTa), never padded. With
+    /// `truncate`, a pair longer than max_len is cut longest first (the
+    /// longer text loses a token at a time from its end), as
+    /// sentence-transformers' CrossEncoder does; without, the first such
+    /// pair fails the batch with [`TokenizeError::TooLong`].
+    pub fn tokenize_pairs(
+        &self,
+        pairs: &[(&str, &str)],
+        truncate: bool,
+    ) -> Result<Vec<Encoded>, TokenizeError> {
+        // TruncationParams::default()'s strategy is LongestFirst.
+        let tok = if truncate {
+            &self.truncating
+        } else {
+            &self.whole
+        };
+        let mut out = Vec::with_capacity(pairs.len());
+        for (index, &(a, b)) in pairs.iter().enumerate() {
+            let enc = tok
+                .encode_fast((a, b), true)
+                .map_err(|e| TokenizeError::Failed {
+                    index,
+                    message: e.to_string(),
+                })?;
+            let ids = enc.get_ids();
+            if ids.len() > self.max_len {
+                return Err(TooLong {
+                    index,
+                    tokens: ids.len(),
+                    max: self.max_len,
+                }
+                .into());
+            }
+            let second = enc
+                .get_type_ids()
+                .iter()
+                .position(|&t| t != 0)
+                .unwrap_or(ids.len());
+            out.push(Encoded {
+                ids: ids.to_vec(),
+                second,
+            });
         }
         Ok(out)
     }

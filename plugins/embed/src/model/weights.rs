@@ -248,8 +248,21 @@ impl SafeTensors {
 
     /// The tensor `name` (without the file's prefix) as f32, after
     /// checking that its shape is `shape`.
+    #[cfg(test)]
     pub(crate) fn get(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, ModelError> {
-        let full = format!("{}{name}", self.prefix);
+        self.get_at(name, shape, false)
+    }
+
+    /// [`SafeTensors::get`], of a name at the file's root (a task model's
+    /// head) when `root`, else under the file's prefix.
+    pub(crate) fn get_at(
+        &self,
+        name: &str,
+        shape: &[usize],
+        root: bool,
+    ) -> Result<Vec<f32>, ModelError> {
+        let prefix = if root { "" } else { self.prefix };
+        let full = format!("{prefix}{name}");
         let Some(e) = self.entries.get(&full) else {
             return Err(ModelError::new(
                 &self.file,

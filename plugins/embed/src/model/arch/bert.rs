@@ -74,9 +74,9 @@ pub(crate) struct Names {
     pub layer: fn(usize) -> LayerNames,
 }
 
-/// The cache's name of the token type table's row 0.
-fn type0(table: &str) -> String {
-    format!("{}.0", table.strip_suffix(".weight").unwrap_or(table))
+/// The cache's name of the token type table's row `row`.
+fn type_row(table: &str, row: usize) -> String {
+    format!("{}.{row}", table.strip_suffix(".weight").unwrap_or(table))
 }
 
 /// BERT's names, which RoBERTa's are too.
@@ -108,8 +108,14 @@ pub(crate) struct PostNorm {
     pub dims: Dims,
     /// Rows of the position table.
     pub max_position: usize,
-    /// Rows of the token type table (only row 0 is read).
+    /// Rows of the token type table (row 0 is read, and row 1 with
+    /// `pair_types`).
     pub type_vocab: usize,
+    /// Whether inputs are pairs whose second text is of token type 1 (a
+    /// cross-encoder's, registry.rs decides): row 1 is packed too, and
+    /// added to the tokens from [`Encoded::second`](crate::model::Encoded::second) on. Off for
+    /// embedders, whose cache holds row 0 alone as it always has.
+    pub pair_types: bool,
     /// Every LayerNorm's epsilon.
     pub eps: f32,
     pub activation: Activation,
@@ -176,6 +182,7 @@ pub(crate) fn read(
         names: BERT_NAMES,
         prefixes,
         relative_bias: None,
+        pair_types: false,
     })
 }
 
@@ -211,6 +218,14 @@ pub(crate) fn name_or_path(v: &Value) -> Option<String> {
         .map(str::to_owned)
 }
 
+impl PostNorm {
+    /// Whether token type 1's row is read: pairs, and a table that has it
+    /// (RoBERTa's family has one row; its pairs are all type 0).
+    fn reads_type1(&self) -> bool {
+        self.pair_types && self.names.token_type.is_some() && self.type_vocab >= 2
+    }
+}
+
 impl Architecture for PostNorm {
     fn name(&self) -> &'static str {
         self.name
@@ -231,7 +246,10 @@ impl Architecture for PostNorm {
         // Token types first: when config.json's hidden size is wrong, the
         // smallest tensor names it.
         if let Some(table) = n.token_type {
-            t.first_row(&type0(table), table, vec![self.type_vocab, h]);
+            t.one_row(&type_row(table, 0), table, vec![self.type_vocab, h], 0);
+            if self.reads_type1() {
+                t.one_row(&type_row(table, 1), table, vec![self.type_vocab, h], 1);
+            }
         }
         t.rows(n.word, vec![self.dims.vocab, h]);
         t.rows(n.position, vec![self.max_position, h]);
@@ -289,7 +307,11 @@ impl Architecture for PostNorm {
         Box::new(PostNormEncoder {
             word: t(n.word),
             position: t(n.position),
-            type0: n.token_type.map(|table| t(&type0(table))),
+            type0: n.token_type.map(|table| t(&type_row(table, 0))),
+            type1: n
+                .token_type
+                .filter(|_| self.reads_type1())
+                .map(|table| t(&type_row(table, 1))),
             embed_norm: ln(n.embed_norm),
             layers,
             attention: Attention {
@@ -326,6 +348,8 @@ struct PostNormEncoder {
     /// Token type 0's embedding (single-sentence inputs use no other);
     /// None for an architecture without token types.
     type0: Option<Tensor>,
+    /// Token type 1's, for the second text of a pair (cross-encoders).
+    type1: Option<Tensor>,
     embed_norm: LayerNorm,
     layers: Vec<Layer>,
     attention: Attention,
@@ -341,8 +365,9 @@ struct PostNormEncoder {
 }
 
 impl PostNormEncoder {
-    /// x (`tokens x hidden`) = the embeddings of every token of `seqs`.
-    fn embed(&self, seqs: &[&[u32]], x: &mut [f32]) {
+    /// x (`tokens x hidden`) = the embeddings of every token of `seqs`,
+    /// tokens from `second[i]` on of type 1 when the model reads it.
+    fn embed(&self, seqs: &[&[u32]], second: &[usize], x: &mut [f32]) {
         let h = self.hidden;
         let zeros;
         let ty: &[f32] = match &self.type0 {
@@ -353,8 +378,12 @@ impl PostNormEncoder {
             }
         };
         let mut row = 0;
-        for s in seqs {
+        for (i, s) in seqs.iter().enumerate() {
             let mut real = 0;
+            let second = match &self.type1 {
+                Some(_) => second.get(i).copied().unwrap_or(usize::MAX),
+                None => usize::MAX,
+            };
             for (p, &id) in s.iter().enumerate() {
                 let pos = match self.positions {
                     Positions::FromZero => p,
@@ -368,6 +397,10 @@ impl PostNormEncoder {
                     id as usize
                 } else {
                     0
+                };
+                let ty = match &self.type1 {
+                    Some(t1) if p >= second => &t1[..],
+                    _ => ty,
                 };
                 self.embed_norm.embed(
                     self.isa,
@@ -388,7 +421,7 @@ impl Encoder for PostNormEncoder {
         2.0 * m as f64 * self.layers.len() as f64 * (4.0 * h * h + 2.0 * h * i)
     }
 
-    fn forward(&self, seqs: &[&[u32]], threads: usize) -> Scratch {
+    fn forward(&self, seqs: &[&[u32]], second: &[usize], threads: usize) -> Scratch {
         let isa = self.isa;
         let h = self.hidden;
         let seqs: Vec<&[u32]> = seqs
@@ -398,7 +431,7 @@ impl Encoder for PostNormEncoder {
         let lens: Vec<usize> = seqs.iter().map(|s| s.len()).collect();
         let m: usize = lens.iter().sum();
         let mut x = Scratch::zeroed(m * h);
-        self.embed(&seqs, &mut x);
+        self.embed(&seqs, second, &mut x);
         let mut qkv = Scratch::zeroed(m * 3 * h);
         let mut ctx = Scratch::zeroed(m * h);
         let mut tmp = Scratch::zeroed(m * h);

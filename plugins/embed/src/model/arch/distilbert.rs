@@ -65,5 +65,6 @@ pub(crate) fn distilbert(v: &Value, file: &Path) -> Result<PostNorm, ModelError>
         names: NAMES,
         prefixes: &["distilbert."],
         relative_bias: None,
+        pair_types: false,
     })
 }

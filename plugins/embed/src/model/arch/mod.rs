@@ -73,8 +73,11 @@ pub(crate) trait Encoder: Send + Sync {
     /// The last hidden state of every token of every sequence, packed:
     /// `sum(lens) x hidden` rows, sequence after sequence, on `threads`
     /// threads of the current rayon pool. Sequences longer than max_len
-    /// are cut to it; ids outside the vocabulary read as 0.
-    fn forward(&self, seqs: &[&[u32]], threads: usize) -> Scratch;
+    /// are cut to it; ids outside the vocabulary read as 0. `second[i]` is
+    /// where sequence i's second text (token type 1) starts, for the
+    /// architectures that read token types in a cross-encoder; others
+    /// ignore it.
+    fn forward(&self, seqs: &[&[u32]], second: &[usize], threads: usize) -> Scratch;
 
     /// Multiply-adds x2 of the dense layers for `tokens` tokens (for
     /// GFLOP/s in benchmarks: attention, norms and activations not

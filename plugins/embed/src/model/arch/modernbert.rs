@@ -345,7 +345,7 @@ impl Encoder for ModernBertEncoder {
         2.0 * m as f64 * self.layers.len() as f64 * (4.0 * h * h + 3.0 * h * i)
     }
 
-    fn forward(&self, seqs: &[&[u32]], threads: usize) -> Scratch {
+    fn forward(&self, seqs: &[&[u32]], _second: &[usize], threads: usize) -> Scratch {
         let isa = self.isa;
         let (h, inter) = (self.hidden, self.intermediate);
         let seqs: Vec<&[u32]> = seqs

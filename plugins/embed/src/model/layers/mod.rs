@@ -5,7 +5,9 @@
 //! over a band of keys: ModernBERT's sliding layers, and MPNet's biased
 //! scores), `relative_bias` (MPNet's T5-style relative position buckets and
 //! their per-head bias), `geglu` (ModernBERT's gated feed-forward
-//! activation); `fixtures` (tests: those four composed into naive
+//! activation), `tied` (the product against a row-major table: SPLADE's
+//! decoder tied to the word embeddings, a block of the vocabulary at a
+//! time); `fixtures` (tests: those four composed into naive
 //! ModernBERT and MPNet passes reproduce the tiny fixtures'
 //! sentence-transformers vectors). They know shapes and kernels, never an
 //! architecture's tensor names or config; each architecture file puts them
@@ -24,6 +26,7 @@ pub(crate) mod linear;
 pub(crate) mod norm;
 pub(crate) mod relative_bias;
 pub(crate) mod rotary;
+pub(crate) mod tied;
 pub(crate) mod window;
 
 /// Runs `f(rows, first_row)` over `a` (rows of `row` floats) cut into
