@@ -19,12 +19,22 @@ pub fn minilm() -> PathBuf {
 }
 
 /// The embed plugin serving the model folder `dir`, with `extra` flags and
-/// `env` set.
+/// `env` set. A checked-in fixture (under tests/data) gets its packed
+/// weights cache in the target folder unless `env` names one: beside the
+/// fixture it would be written into the source tree.
 pub fn serve_dir(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
     let p = plugin("embed");
     let mut args = vec!["--plugin", p.to_str().unwrap(), dir.to_str().unwrap()];
     args.extend_from_slice(extra);
     let mut cmd = command(&args);
+    if dir.starts_with(super::repo_root().join("tests/data"))
+        && !env.iter().any(|(k, _)| *k == "M0_EMBED_CACHE_DIR")
+    {
+        cmd.env(
+            "M0_EMBED_CACHE_DIR",
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join("embed-fixture-caches"),
+        );
+    }
     for (k, v) in env {
         cmd.env(k, v);
     }
