@@ -134,15 +134,21 @@ impl<B: Backend> Embed<B> {
                     p.out = Err(ApiError::not_implemented(
                         p.job.flavor(),
                         &format!(
-                            "{} is not served by the {} plugin: its backend does not give \
-                             them; use the embed plugin, which serves it",
+                            "{} is not served by the {} plugin: its backend {}; use the embed \
+                             plugin, which serves it",
                             match pass {
-                                Pass::Tokens => "/embed_all (each token's vector)",
+                                Pass::Tokens => "/embed_all",
                                 Pass::Classify => "a cross-encoder's scores",
                                 Pass::Sparse => "a sparse model's vectors",
                                 Pass::Pooled => "pooled vectors",
                             },
-                            B::DESCRIPTION.name()
+                            B::DESCRIPTION.name(),
+                            match pass {
+                                Pass::Tokens =>
+                                    "gives pooled vectors only, not each token's \
+                                                 (use /embed)",
+                                _ => "does not give them",
+                            },
                         ),
                     ));
                 }
