@@ -374,6 +374,57 @@ fn check_labels(v: &Value, logits: &[f64], labels: &[String], raw: bool) {
     }
 }
 
+/// Cohere's routes take Cohere's 1000 documents (LangChain's reranker
+/// sends every document retrieved), TEI's `/rerank` TEI's 32; each limit's
+/// refusal names its own setting.
+#[test]
+fn cohere_rerank_takes_more_documents_than_teis_rerank_and_names_its_limit() {
+    let r = fixture("bert_reranker");
+    let (q, texts, logits) = longest(&r);
+    // 40 documents, the fixture's texts over and over: each copy scores as
+    // its original.
+    let docs: Vec<&String> = texts.iter().cycle().take(40).collect();
+    let s = serve_dir(&task("bert_reranker"), &[], &[]);
+    let mut c = Client::connect(s.addr);
+    let body = json!({"query": q, "documents": docs, "truncate": true});
+    let (status, v, _) = post(&mut c, "/v2/rerank", &body);
+    assert_eq!(status, 200, "{v}");
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(results.len(), 40, "{v}");
+    for got in results {
+        let i = got["index"].as_u64().unwrap() as usize;
+        let want = sigmoid(logits[i % texts.len()]);
+        assert!(
+            (got["relevance_score"].as_f64().unwrap() - want).abs() < 1e-4,
+            "{got}"
+        );
+    }
+    let (status, v, _) = post(&mut c, "/rerank", &json!({"query": q, "texts": docs}));
+    assert_eq!(status, 413, "TEI's 32: {v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("M0_EMBED_MAX_CLIENT_BATCH_SIZE"),
+        "{v}"
+    );
+    drop(c);
+    drop(s);
+    let s = serve_dir(
+        &task("bert_reranker"),
+        &[],
+        &[("M0_EMBED_MAX_COHERE_DOCUMENTS", "39")],
+    );
+    let mut c = Client::connect(s.addr);
+    let (status, v, _) = post(&mut c, "/v1/rerank", &body);
+    assert_eq!(status, 400, "{v}");
+    let message = v["message"].as_str().unwrap();
+    assert!(
+        message.contains("M0_EMBED_MAX_COHERE_DOCUMENTS") && message.contains("39"),
+        "{v}"
+    );
+}
+
 #[test]
 fn cohere_rerank_answers_in_cohere_shape_cut_to_top_n() {
     let r = fixture("bert_reranker");

@@ -31,6 +31,14 @@ pub const ENV_MAX_OPENAI_INPUTS: &str = "M0_EMBED_MAX_OPENAI_INPUTS";
 /// `chunk_size`) and would fail on TEI's 32.
 pub const DEFAULT_MAX_OPENAI_INPUTS: usize = 2048;
 
+/// Most documents in one Cohere rerank request (`/v1/rerank`,
+/// `/v2/rerank`); TEI's `/rerank` keeps [`ENV_MAX_CLIENT_BATCH_SIZE`].
+pub const ENV_MAX_COHERE_DOCUMENTS: &str = "M0_EMBED_MAX_COHERE_DOCUMENTS";
+/// Cohere's own bound (its API takes up to 1000 documents a request):
+/// LangChain's and LlamaIndex's Cohere rerankers send every document a
+/// retriever found at once, and would fail on TEI's 32.
+pub const DEFAULT_MAX_COHERE_DOCUMENTS: usize = 1000;
+
 /// Largest body accepted, in bytes (TEI's `--payload-limit`); unset, see
 /// [`default_payload_limit`].
 pub const ENV_PAYLOAD_LIMIT: &str = "M0_EMBED_PAYLOAD_LIMIT";
@@ -92,6 +100,7 @@ pub struct Settings {
     pub threads: usize,
     pub max_client_batch_size: usize,
     pub max_openai_inputs: usize,
+    pub max_cohere_documents: usize,
     pub accept_token_ids: bool,
     pub payload_limit: usize,
     pub auto_truncate: bool,
@@ -199,6 +208,12 @@ impl Settings {
                 "a positive number of inputs",
             )?,
             max_openai_inputs,
+            max_cohere_documents: var(
+                ENV_MAX_COHERE_DOCUMENTS,
+                DEFAULT_MAX_COHERE_DOCUMENTS,
+                count,
+                "a positive number of documents",
+            )?,
             accept_token_ids: var(
                 ENV_ACCEPT_TOKEN_IDS,
                 DEFAULT_ACCEPT_TOKEN_IDS,

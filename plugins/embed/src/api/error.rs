@@ -28,8 +28,8 @@
 
 use super::json::write_str;
 use crate::settings::{
-    ENV_ACCEPT_TOKEN_IDS, ENV_AUTO_TRUNCATE, ENV_MAX_CLIENT_BATCH_SIZE, ENV_MAX_OPENAI_INPUTS,
-    ENV_PAYLOAD_LIMIT,
+    ENV_ACCEPT_TOKEN_IDS, ENV_AUTO_TRUNCATE, ENV_MAX_CLIENT_BATCH_SIZE, ENV_MAX_COHERE_DOCUMENTS,
+    ENV_MAX_OPENAI_INPUTS, ENV_PAYLOAD_LIMIT,
 };
 
 /// Which API a request came in on, and so which error shape it gets back.
@@ -159,10 +159,11 @@ impl ApiError {
     }
 
     /// [`ApiError::too_many`] for a list of another name (`texts`,
-    /// `documents`); Cohere's route keeps TEI's per-request limit.
+    /// `documents`), naming the route's own limit.
     pub(crate) fn too_many_in(flavor: Flavor, field: &'static str, n: usize, max: usize) -> Self {
         let setting = match flavor {
-            Flavor::Tei | Flavor::Cohere => ENV_MAX_CLIENT_BATCH_SIZE,
+            Flavor::Tei => ENV_MAX_CLIENT_BATCH_SIZE,
+            Flavor::Cohere => ENV_MAX_COHERE_DOCUMENTS,
             Flavor::OpenAi => ENV_MAX_OPENAI_INPUTS,
         };
         let message = format!(

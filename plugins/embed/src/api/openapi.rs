@@ -74,7 +74,7 @@ const LIMITS: &[(&str, Limit)] = &[
     ),
     (
         "/components/schemas/CohereRerankRequest/properties/documents/maxItems",
-        |l| l.max_client_batch_size,
+        |l| l.max_cohere_documents,
     ),
 ];
 
@@ -400,6 +400,7 @@ mod tests {
         // A limit reaches the new routes' lists too.
         let l = Limits {
             max_client_batch_size: 5,
+            max_cohere_documents: 6,
             ..Limits::default()
         };
         let d = doc(&l);
@@ -407,7 +408,7 @@ mod tests {
         assert_eq!(s["RerankRequest"]["properties"]["texts"]["maxItems"], 5);
         assert_eq!(
             s["CohereRerankRequest"]["properties"]["documents"]["maxItems"],
-            5
+            6
         );
     }
 }

@@ -37,6 +37,9 @@ pub struct Limits {
     /// by default): OpenAI's clients send up to 1000 at once (LangChain's
     /// `chunk_size`) and would fail on TEI's 32.
     pub max_openai_inputs: usize,
+    /// Most documents in one Cohere rerank request (Cohere's 1000 by
+    /// default): its clients send every document a retriever found.
+    pub max_cohere_documents: usize,
     /// Take token-id inputs as ids of this model's vocabulary, instead of
     /// refusing them (default off).
     pub accept_token_ids: bool,
@@ -64,6 +67,7 @@ impl Default for Limits {
         Limits {
             max_client_batch_size: settings::DEFAULT_MAX_CLIENT_BATCH_SIZE,
             max_openai_inputs: settings::DEFAULT_MAX_OPENAI_INPUTS,
+            max_cohere_documents: settings::DEFAULT_MAX_COHERE_DOCUMENTS,
             accept_token_ids: settings::DEFAULT_ACCEPT_TOKEN_IDS,
             vocab: 30522,
             payload_limit: settings::TEI_PAYLOAD_LIMIT,

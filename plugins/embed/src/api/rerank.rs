@@ -166,13 +166,12 @@ pub(super) fn texts(
             format!("`{field}` cannot be empty: send at least one text"),
         ));
     }
-    if items.len() > limits.max_client_batch_size {
-        return Err(ApiError::too_many_in(
-            flavor,
-            field,
-            items.len(),
-            limits.max_client_batch_size,
-        ));
+    let max = match flavor {
+        Flavor::Cohere => limits.max_cohere_documents,
+        _ => limits.max_client_batch_size,
+    };
+    if items.len() > max {
+        return Err(ApiError::too_many_in(flavor, field, items.len(), max));
     }
     items
         .iter()

@@ -178,6 +178,10 @@ impl<B: Backend> Plugin for Embed<B> {
                 settings.max_openai_inputs.to_string(),
             ),
             (
+                "embed.max_cohere_documents",
+                settings.max_cohere_documents.to_string(),
+            ),
+            (
                 "embed.accept_token_ids",
                 settings.accept_token_ids.to_string(),
             ),
@@ -238,6 +242,7 @@ impl<B: Backend> Plugin for Embed<B> {
         let limits = Limits {
             max_client_batch_size: settings.max_client_batch_size,
             max_openai_inputs: settings.max_openai_inputs,
+            max_cohere_documents: settings.max_cohere_documents,
             accept_token_ids: settings.accept_token_ids,
             vocab: backend.tokenizer().vocab(),
             payload_limit: settings.payload_limit,
