@@ -26,6 +26,7 @@ The embed and pyembed plugins read M0_EMBED_* variables (the README's
   M0_EMBED_MAX_BATCH_BYTES        body bytes in such a batch
   M0_EMBED_MAX_CLIENT_BATCH_SIZE  inputs in one request on TEI's routes
   M0_EMBED_MAX_OPENAI_INPUTS      inputs in one /v1/embeddings request
+  M0_EMBED_MAX_COHERE_DOCUMENTS   documents in one /v1/rerank or /v2/rerank request
   M0_EMBED_MAX_CONCURRENT_INPUTS  inputs a worker holds in flight before it answers 429
   M0_EMBED_PAYLOAD_LIMIT          largest body in bytes
   M0_EMBED_AUTO_TRUNCATE          cut over-long inputs when a request does not say
