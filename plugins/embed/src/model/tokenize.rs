@@ -12,7 +12,8 @@ use super::error::ModelError;
 use std::fmt;
 use std::path::Path;
 use tokenizers::{
-    PostProcessor, Tokenizer as HfTokenizer, TruncationDirection as HfDirection, TruncationParams,
+    EncodeInput, PostProcessor, Tokenizer as HfTokenizer, TruncationDirection as HfDirection,
+    TruncationParams,
 };
 
 /// Which end of an over-long input truncation cuts; the special tokens
@@ -355,26 +356,7 @@ impl Tokenizer {
             Some(Side::Left) => &self.truncating_left,
             None => &self.whole,
         };
-        let mut out = Vec::with_capacity(texts.len());
-        for (index, text) in texts.iter().enumerate() {
-            let enc = tok
-                .encode_fast(*text, true)
-                .map_err(|e| TokenizeError::Failed {
-                    index,
-                    message: e.to_string(),
-                })?;
-            let ids = enc.get_ids();
-            if ids.len() > self.max_len {
-                return Err(TooLong {
-                    index,
-                    tokens: ids.len(),
-                    max: self.max_len,
-                }
-                .into());
-            }
-            out.push(Encoded::one(ids.to_vec()));
-        }
-        Ok(out)
+        self.encode_each(tok, texts.iter().copied())
     }
 
     /// Tokenizes (query, text) pairs as the model's tokenizer encodes a pair
@@ -395,10 +377,21 @@ impl Tokenizer {
         } else {
             &self.whole
         };
-        let mut out = Vec::with_capacity(pairs.len());
-        for (index, &(a, b)) in pairs.iter().enumerate() {
+        self.encode_each(tok, pairs.iter().copied())
+    }
+
+    /// Encodes each input (a text or a pair) with `tok`, special tokens
+    /// added, refusing the first longer than max_len: what
+    /// [`Tokenizer::tokenize_cut`] and [`Tokenizer::tokenize_pairs`] share.
+    fn encode_each<'s, E: Into<EncodeInput<'s>>>(
+        &self,
+        tok: &HfTokenizer,
+        inputs: impl ExactSizeIterator<Item = E>,
+    ) -> Result<Vec<Encoded>, TokenizeError> {
+        let mut out = Vec::with_capacity(inputs.len());
+        for (index, input) in inputs.enumerate() {
             let enc = tok
-                .encode_fast((a, b), true)
+                .encode_fast(input, true)
                 .map_err(|e| TokenizeError::Failed {
                     index,
                     message: e.to_string(),
@@ -412,6 +405,7 @@ impl Tokenizer {
                 }
                 .into());
             }
+            // One text is all type 0, so `second` is its length.
             let second = enc
                 .get_type_ids()
                 .iter()
