@@ -85,36 +85,62 @@ def linear(g: Graph, w: dict[str, np.ndarray], x: str, prefix: str) -> str:
     return g.op("Add", [g.op("MatMul", [x, wt]), b])
 
 
-def encoder(g: Graph, w: dict[str, np.ndarray]) -> str:
-    """The BERT encoder from input_ids, attention_mask and token_type_ids: the name of its last
-    hidden state [batch, seq, H]. The heads (mean pooling here, a cross-encoder's pooler and
-    classifier in export_reranker_onnx.py) are added after it."""
-    H, heads = minilm.HIDDEN, minilm.HEADS
-    hd = H // heads
+def layer_norm(g: Graph, w: dict[str, np.ndarray], x: str, prefix: str, eps: float) -> str:
+    s = g.const(prefix + ".weight", f32(w[prefix + ".weight"]))
+    b = g.const(prefix + ".bias", f32(w[prefix + ".bias"]))
+    return g.op("LayerNormalization", [x, s, b], axis=-1, epsilon=eps)
 
-    # Shared constants.
-    g.const("zero_i64", np.array(0, dtype=np.int64))
-    g.const("zero_f", np.array(0.0, dtype=np.float32))
-    g.const("mask_neg", np.array(MASK_NEG, dtype=np.float32))
+
+def layer_constants(g: Graph, hidden: int, heads: int) -> None:
+    """The constants post_norm_layer() reads, once per graph."""
+    hd = hidden // heads
     g.const("scale", np.array(1.0 / math.sqrt(hd), dtype=np.float32))
     g.const("sqrt1_2", np.array(1.0 / math.sqrt(2.0), dtype=np.float32))
     g.const("one_f", np.array(1.0, dtype=np.float32))
     g.const("half_f", np.array(0.5, dtype=np.float32))
     g.const("shape_heads", np.array([0, 0, heads, hd], dtype=np.int64))   # 0: keep that dim
-    g.const("shape_hidden", np.array([0, 0, H], dtype=np.int64))
+    g.const("shape_hidden", np.array([0, 0, hidden], dtype=np.int64))
+
+
+def post_norm_layer(g: Graph, w: dict[str, np.ndarray], x: str, bias: str, names: dict[str, str],
+                    eps: float) -> str:
+    """One post-norm encoder layer, BERT's and MPNet's:
+        x = LayerNorm(x + Softmax(q k^T / sqrt(d) + bias) v W_o^T + b_o)
+        x = LayerNorm(x + GELU(x W_i^T + b_i) W_2^T + b_2)      GELU with erf
+    `bias` is added to every head's scores (the padding mask; MPNet's relative bias too);
+    `names` maps q, k, v, o, attention_norm, intermediate, output and output_norm to the
+    weights' prefixes."""
+    def heads(name: str, perm: list[int]) -> str:
+        return g.op("Transpose", [g.op("Reshape", [linear(g, w, x, names[name]), "shape_heads"])],
+                    perm=perm)
+    q = heads("q", [0, 2, 1, 3])                                          # [b, h, s, d]
+    k = heads("k", [0, 2, 3, 1])                                          # [b, h, d, s]
+    v = heads("v", [0, 2, 1, 3])                                          # [b, h, s, d]
+    scores = g.op("Add", [g.op("Mul", [g.op("MatMul", [q, k]), "scale"]), bias])
+    probs = g.op("Softmax", [scores], axis=-1)
+    ctx = g.op("Reshape", [g.op("Transpose", [g.op("MatMul", [probs, v])], perm=[0, 2, 1, 3]),
+                           "shape_hidden"])                               # [b, s, H]
+    x = layer_norm(g, w, g.op("Add", [linear(g, w, ctx, names["o"]), x]), names["attention_norm"], eps)
+    h = linear(g, w, x, names["intermediate"])
+    gelu = g.op("Mul", [g.op("Mul", [h, "half_f"]),
+                        g.op("Add", [g.op("Erf", [g.op("Mul", [h, "sqrt1_2"])]), "one_f"])])
+    return layer_norm(g, w, g.op("Add", [linear(g, w, gelu, names["output"]), x]), names["output_norm"], eps)
+
+
+def encoder(g: Graph, w: dict[str, np.ndarray]) -> str:
+    """The BERT encoder from input_ids, attention_mask and token_type_ids: the name of its last
+    hidden state [batch, seq, H]. The heads (mean pooling here, a cross-encoder's pooler and
+    classifier in export_reranker_onnx.py) are added after it."""
+    # Shared constants.
+    layer_constants(g, minilm.HIDDEN, minilm.HEADS)
+    g.const("zero_i64", np.array(0, dtype=np.int64))
+    g.const("zero_f", np.array(0.0, dtype=np.float32))
+    g.const("mask_neg", np.array(MASK_NEG, dtype=np.float32))
     g.const("axes_0", np.array([0], dtype=np.int64))
     g.const("axes_12", np.array([1, 2], dtype=np.int64))
     g.const("starts_0", np.array([0], dtype=np.int64))
     g.const("seq_start", np.array([1], dtype=np.int64))
     g.const("seq_end", np.array([2], dtype=np.int64))
-
-    def linear_(x: str, prefix: str) -> str:
-        return linear(g, w, x, prefix)
-
-    def layer_norm(x: str, prefix: str) -> str:
-        s = g.const(prefix + ".weight", f32(w[prefix + ".weight"]))
-        b = g.const(prefix + ".bias", f32(w[prefix + ".bias"]))
-        return g.op("LayerNormalization", [x, s, b], axis=-1, epsilon=LN_EPS)
 
     # Embeddings: word + position (0..seq-1) + token type, then LayerNorm.
     word = g.op("Gather", [g.const("word_embeddings", f32(w["embeddings.word_embeddings.weight"])),
@@ -124,7 +150,7 @@ def encoder(g: Graph, w: dict[str, np.ndarray]) -> str:
                          "starts_0", seq, "axes_0"])                                       # [seq, H]
     tt = g.op("Gather", [g.const("token_type_embeddings", f32(w["embeddings.token_type_embeddings.weight"])),
                          "token_type_ids"], axis=0)
-    x = layer_norm(g.op("Add", [g.op("Add", [word, pos]), tt]), "embeddings.LayerNorm")
+    x = layer_norm(g, w, g.op("Add", [g.op("Add", [word, pos]), tt]), "embeddings.LayerNorm", LN_EPS)
 
     # Attention bias [batch, 1, 1, seq]: selected, not computed from the mask.
     pad = g.op("Equal", ["attention_mask", "zero_i64"])
@@ -132,29 +158,20 @@ def encoder(g: Graph, w: dict[str, np.ndarray]) -> str:
 
     for i in range(minilm.LAYERS):
         p = f"encoder.layer.{i}"
-        q = g.op("Transpose", [g.op("Reshape", [linear_(x, p + ".attention.self.query"), "shape_heads"])],
-                 perm=[0, 2, 1, 3])                                    # [b, h, s, d]
-        k = g.op("Transpose", [g.op("Reshape", [linear_(x, p + ".attention.self.key"), "shape_heads"])],
-                 perm=[0, 2, 3, 1])                                    # [b, h, d, s]
-        v = g.op("Transpose", [g.op("Reshape", [linear_(x, p + ".attention.self.value"), "shape_heads"])],
-                 perm=[0, 2, 1, 3])                                    # [b, h, s, d]
-        scores = g.op("Add", [g.op("Mul", [g.op("MatMul", [q, k]), "scale"]), bias])
-        probs = g.op("Softmax", [scores], axis=-1)
-        ctx = g.op("Reshape", [g.op("Transpose", [g.op("MatMul", [probs, v])], perm=[0, 2, 1, 3]),
-                               "shape_hidden"])                        # [b, s, H]
-        x = layer_norm(g.op("Add", [linear_(ctx, p + ".attention.output.dense"), x]),
-                       p + ".attention.output.LayerNorm")
-        h = linear_(x, p + ".intermediate.dense")
-        gelu = g.op("Mul", [g.op("Mul", [h, "half_f"]),
-                            g.op("Add", [g.op("Erf", [g.op("Mul", [h, "sqrt1_2"])]), "one_f"])])
-        x = layer_norm(g.op("Add", [linear_(gelu, p + ".output.dense"), x]), p + ".output.LayerNorm")
+        x = post_norm_layer(g, w, x, bias, {
+            "q": p + ".attention.self.query", "k": p + ".attention.self.key",
+            "v": p + ".attention.self.value", "o": p + ".attention.output.dense",
+            "attention_norm": p + ".attention.output.LayerNorm",
+            "intermediate": p + ".intermediate.dense", "output": p + ".output.dense",
+            "output_norm": p + ".output.LayerNorm"}, LN_EPS)
     return x
 
 
-def finish(g: Graph, name: str, outs: list) -> onnx.ModelProto:
-    """The model of g's nodes, with the encoder's three int64 [batch, seq] inputs, checked."""
-    ints = [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "seq"])
-            for n in ("input_ids", "attention_mask", "token_type_ids")]
+def finish(g: Graph, name: str, outs: list,
+           inputs: tuple[str, ...] = ("input_ids", "attention_mask", "token_type_ids")) -> onnx.ModelProto:
+    """The model of g's nodes, with `inputs` as its int64 [batch, seq] inputs (the BERT
+    encoder's three by default), checked."""
+    ints = [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "seq"]) for n in inputs]
     graph = helper.make_graph(g.nodes, name, ints, outs, g.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
                               producer_name="m0serve " + Path(sys.argv[0]).name)
@@ -163,16 +180,13 @@ def finish(g: Graph, name: str, outs: list) -> onnx.ModelProto:
     return model
 
 
-def build(w: dict[str, np.ndarray]) -> onnx.ModelProto:
-    H = minilm.HIDDEN
-    g = Graph()
-    x = encoder(g, w)
+def mean_pooling(g: Graph, x: str) -> None:
+    """The outputs mean_pooled (the mean of x over the real tokens) and sentence_embedding
+    (that, L2-normalized), as sentence-transformers computes them."""
     g.const("axes_1", np.array([1], dtype=np.int64))
     g.const("axes_m1", np.array([-1], dtype=np.int64))
     g.const("pool_eps", np.array(1e-9, dtype=np.float32))
     g.const("norm_eps", np.array(1e-12, dtype=np.float32))
-
-    # Mean over the real tokens, then L2 normalization.
     maskf = g.op("Unsqueeze", [g.op("Cast", ["attention_mask"], to=TensorProto.FLOAT), "axes_m1"])
     summed = g.op("ReduceSum", [g.op("Mul", [x, maskf]), "axes_1"], keepdims=0)        # [b, H]
     count = g.op("Max", [g.op("ReduceSum", [maskf, "axes_1"], keepdims=0), "pool_eps"])  # [b, 1]
@@ -181,6 +195,12 @@ def build(w: dict[str, np.ndarray]) -> onnx.ModelProto:
                                            keepdims=1)]), "norm_eps"])
     g.op("Div", [mean, norm], name="sentence_embedding")
 
+
+def build(w: dict[str, np.ndarray]) -> onnx.ModelProto:
+    H = minilm.HIDDEN
+    g = Graph()
+    x = encoder(g, w)
+    mean_pooling(g, x)
     outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", H])
             for n in ("sentence_embedding", "mean_pooled")]
     return finish(g, "all-MiniLM-L6-v2", outs)
