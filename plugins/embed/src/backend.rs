@@ -53,6 +53,13 @@ pub trait Backend: Sized + Send + Sync + 'static {
         args.arg.clone()
     }
 
+    /// The model folders this plugin was asked for, each `DIR` or
+    /// `NAME=DIR`, one model served per item; by default
+    /// [`Backend::model_arg`]'s one.
+    fn model_args(args: &InitArgs) -> Vec<String> {
+        vec![Self::model_arg(args)]
+    }
+
     /// Starts the backend in this worker for the folder. It may state facts
     /// of its own; the plugin states `embed.*`.
     fn load(

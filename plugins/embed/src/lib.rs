@@ -21,6 +21,7 @@
 pub mod api;
 pub mod backend;
 pub mod model;
+pub mod models;
 mod plugin;
 pub mod settings;
 

@@ -112,6 +112,57 @@ fn scan_inputs(body: &[u8], key: &[u8]) -> Option<usize> {
     found
 }
 
+/// The body's top-level `model`, when it is a string: what picks the model
+/// on OpenAI's and Cohere's routes. A scan as [`count_inputs`]' (nothing
+/// allocated but the name), the parser's where the scan cannot be sure; a
+/// `model` that is not a string is `None` (the route's parser refuses it).
+pub fn body_model(body: &[u8]) -> Option<String> {
+    match scan_string(body, b"model") {
+        Some(found) => found.map(|b| String::from_utf8_lossy(b).into_owned()),
+        None => serde_json::from_slice::<serde_json::Value>(body)
+            .ok()?
+            .get("model")?
+            .as_str()
+            .map(str::to_string),
+    }
+}
+
+/// The top-level `key`'s string value: `Some(None)` when the object has no
+/// such string, `None` when the scan cannot be sure (escapes, not an
+/// object).
+fn scan_string<'a>(body: &'a [u8], key: &[u8]) -> Option<Option<&'a [u8]>> {
+    let mut s = Scan { b: body, i: 0 };
+    s.ws();
+    s.eat(b'{')?;
+    let mut found = None;
+    s.ws();
+    if s.peek() == Some(b'}') {
+        return Some(None);
+    }
+    loop {
+        s.ws();
+        let name = s.plain_string()?;
+        s.ws();
+        s.eat(b':')?;
+        s.ws();
+        if name == key && s.peek() == Some(b'"') {
+            found = Some(s.plain_string()?);
+        } else {
+            if name == key {
+                found = None;
+            }
+            s.skip_value()?;
+        }
+        s.ws();
+        match s.next()? {
+            b',' => continue,
+            b'}' => break,
+            _ => return None,
+        }
+    }
+    Some(found)
+}
+
 struct Scan<'a> {
     b: &'a [u8],
     i: usize,
@@ -308,5 +359,22 @@ mod tests {
         let sim = r#"{"inputs": {"source_sentence": "s", "sentences": ["a", "b"]}}"#;
         assert_eq!(n(sim, Route::Similarity), 3);
         assert_eq!(n(r#"{"inputs": ["a", "b"]}"#, Route::EmbedSparse), 2);
+    }
+
+    #[test]
+    fn the_body_model_is_scanned_or_parsed() {
+        assert_eq!(
+            body_model(br#"{"input": ["a", {"x": "}"}], "model": "bge"}"#).as_deref(),
+            Some("bge")
+        );
+        assert_eq!(body_model(br#"{"input": "a"}"#), None);
+        assert_eq!(body_model(br#"{"model": 5, "input": "a"}"#), None);
+        assert_eq!(body_model(br#"{"model": "a", "model": 5}"#), None);
+        // Escapes: the parser reads it.
+        assert_eq!(
+            body_model(br#"{"model": "a\u0062c"}"#).as_deref(),
+            Some("abc")
+        );
+        assert_eq!(body_model(b"not json"), None);
     }
 }

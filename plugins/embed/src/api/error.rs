@@ -353,6 +353,55 @@ impl ApiError {
         ApiError::new(424, flavor, kind, message).with_code("wrong_model_type")
     }
 
+    /// No served model goes by `name`: 404 in the route's shape (OpenAI's
+    /// `model_not_found`), listing the served names.
+    pub fn unknown_model(flavor: Flavor, name: &str, served: &[&str]) -> Self {
+        let message = format!(
+            "the model `{name}` does not exist: this server serves {}; send one of them as \
+             `model` (OpenAI, Cohere) or in the path (/models/NAME/...)",
+            served.join(", ")
+        );
+        let kind = match flavor {
+            Flavor::Tei => VALIDATION,
+            Flavor::OpenAi | Flavor::Cohere => INVALID_REQUEST,
+        };
+        ApiError::new(404, flavor, kind, message)
+            .with_param("model")
+            .with_code("model_not_found")
+    }
+
+    /// The request's `model` names a model of another kind than the route
+    /// needs (`/v1/rerank` naming an embedder): 400, naming the model, its
+    /// kind, and the models that would answer.
+    pub fn model_of_wrong_kind(
+        flavor: Flavor,
+        name: &str,
+        kind: &str,
+        needs: &str,
+        answering: &[&str],
+    ) -> Self {
+        let message = format!(
+            "the model `{name}` is a{} {kind} model, and this route needs {needs} model; {}",
+            if kind.starts_with(['a', 'e', 'i', 'o', 'u']) {
+                "n"
+            } else {
+                ""
+            },
+            if answering.is_empty() {
+                "this server serves none".to_string()
+            } else {
+                format!("send `model` as one of {}", answering.join(", "))
+            }
+        );
+        let kind = match flavor {
+            Flavor::Tei => VALIDATION,
+            Flavor::OpenAi | Flavor::Cohere => INVALID_REQUEST,
+        };
+        ApiError::new(400, flavor, kind, message)
+            .with_param("model")
+            .with_code("wrong_model_type")
+    }
+
     /// Too much work queued; the client may retry later. 429 on both routes.
     pub fn overloaded(flavor: Flavor, why: &str) -> Self {
         let message = format!("the model is overloaded: {why}; retry later");
@@ -403,7 +452,8 @@ impl ApiError {
             "no route for {} {}: this server answers POST /embed, POST /, POST /v1/embeddings, \
              POST /embed_all, POST /embed_sparse, POST /similarity, POST /rerank, \
              POST /predict, POST /v1/rerank, POST /v2/rerank, POST /tokenize, POST /decode, \
-             GET /health, GET /info and GET /openapi.json (GET /info's model_type says which \
+             GET /health, GET /info, GET /openapi.json and GET /v1/models, each also under \
+             /models/NAME/ (GET /info's model_type says which \
              of them this model answers)",
             String::from_utf8_lossy(method),
             String::from_utf8_lossy(path)

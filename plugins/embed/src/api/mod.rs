@@ -40,10 +40,11 @@ mod sparse;
 mod timing;
 mod tokens;
 
-pub use admission::{RETRY_AFTER, admit, count_inputs};
+pub use admission::{RETRY_AFTER, admit, body_model, count_inputs};
 pub use cohere::{parse_cohere, request_id, write_cohere};
 pub use error::{ApiError, Flavor};
 pub use info::{InfoFields, write_info};
+pub(crate) use json::write_str as write_json_str;
 pub use openapi::openapi_document;
 pub use predict::{PredictCall, Sequence, parse_predict, write_predict};
 pub use render::{shrink_rows, write_openai, write_tei};
@@ -51,6 +52,7 @@ pub use request::{
     EmbedCall, Encoding, Inputs, Limits, TruncationDirection, parse_openai, parse_tei,
 };
 pub use rerank::{RerankCall, parse_rerank, write_rerank};
+pub(crate) use route::lookup;
 pub use route::{CohereVersion, ModelKind, ROUTES, Route, RouteEntry, resolve, route, served_by};
 pub use similarity::{SimilarityCall, parse_similarity, write_similarity};
 pub use sparse::write_sparse;

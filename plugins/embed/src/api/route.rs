@@ -89,6 +89,8 @@ pub enum Route {
     /// `GET /openapi.json` (or `HEAD`): the OpenAPI document of these
     /// routes, [`super::openapi_document`].
     OpenApi,
+    /// `GET /v1/models` (or `HEAD`): OpenAI's list of the served models.
+    Models,
     /// `POST /`: the model's kind's own route ([`resolve`] decides).
     Root,
     /// No such path: answer [`super::ApiError::not_found`].
@@ -113,7 +115,7 @@ impl Route {
     /// OpenAI's on OpenAI's, TEI's elsewhere.
     pub fn flavor(self) -> super::Flavor {
         match self {
-            Route::OpenAiEmbeddings => super::Flavor::OpenAi,
+            Route::OpenAiEmbeddings | Route::Models => super::Flavor::OpenAi,
             Route::CohereRerank(_) => super::Flavor::Cohere,
             _ => super::Flavor::Tei,
         }
@@ -225,12 +227,13 @@ pub const ROUTES: &[RouteEntry] = &[
     entry("/health", Route::Health, GET, ALL, ""),
     entry("/info", Route::Info, GET, ALL, ""),
     entry("/openapi.json", Route::OpenApi, GET, ALL, ""),
+    entry("/v1/models", Route::Models, GET, ALL, ""),
 ];
 
 /// The table's row for a request line, or the route that answers its
 /// mistake (404, 405). `path` is the request target; a query string
 /// (`?...`) is ignored. Methods are case-sensitive, as HTTP says.
-fn lookup(method: &[u8], path: &[u8]) -> Result<&'static RouteEntry, Route> {
+pub(crate) fn lookup(method: &[u8], path: &[u8]) -> Result<&'static RouteEntry, Route> {
     let path = match path.iter().position(|&b| b == b'?') {
         Some(q) => &path[..q],
         None => path,
@@ -313,6 +316,7 @@ mod tests {
         assert_eq!(route(b"GET", b"/info"), Route::Info);
         assert_eq!(route(b"GET", b"/openapi.json"), Route::OpenApi);
         assert_eq!(route(b"HEAD", b"/openapi.json?x"), Route::OpenApi);
+        assert_eq!(route(b"GET", b"/v1/models"), Route::Models);
     }
 
     #[test]
@@ -415,7 +419,7 @@ mod tests {
         assert_eq!(
             served_by(Reranker),
             "POST /, POST /rerank, POST /predict, POST /v1/rerank, POST /v2/rerank, \
-             POST /tokenize, POST /decode, GET /health, GET /info, GET /openapi.json"
+             POST /tokenize, POST /decode, GET /health, GET /info, GET /openapi.json, GET /v1/models"
         );
     }
 }

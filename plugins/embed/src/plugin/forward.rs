@@ -6,7 +6,7 @@
 use m0serve_plugin::{Error, Header, Sent};
 
 use super::jobs::{Job, Out, Pass, Pending};
-use super::{Embed, JSON, fail};
+use super::{JSON, Served, fail};
 use crate::api::{self, ApiError, EmbedCall, Flavor};
 use crate::backend::{Backend, BackendError};
 use crate::model::{self, Encoded};
@@ -18,9 +18,9 @@ enum Failure {
     Backend(BackendError),
 }
 
-impl<B: Backend> Embed<B> {
+impl<B: Backend> Served<B> {
     /// Computes every pending job: the pooled, classifier and sparse
-    /// jobs each in shared passes ([`Embed::run`]), each `/embed_all`
+    /// jobs each in shared passes ([`Served::run`]), each `/embed_all`
     /// request in passes of its own. When a pass fails, each job of it
     /// gets the error, logged once.
     pub(super) fn forward(&self, pending: &mut [Pending<'_>]) {
@@ -169,7 +169,7 @@ impl<B: Backend> Embed<B> {
         ));
     }
 
-    /// Answers a request whose output [`Embed::forward`] has made, with
+    /// Answers a request whose output [`Served::forward`] has made, with
     /// TEI's timing headers.
     pub(super) fn reply(&self, mut p: Pending<'_>) -> Result<Sent, Error> {
         let output = match std::mem::replace(&mut p.out, Ok(Out::Floats(Vec::new()))) {

@@ -1,18 +1,19 @@
-//! A request's first step: routed once ([`api::resolve`], from the model's
-//! kind), answered at once where it needs no forward pass, else parsed and
+//! A request's first step, once [`crate::models`] has routed it to a
+//! model: answered at once where it needs no forward pass, else parsed and
 //! tokenized into a [`Pending`] job whose inputs join the batch's passes:
 //! an embedding's texts, a rerank's (query, text) pairs, a prediction's
 //! texts and pairs, each one input of the pass.
 
 use m0serve_plugin::{Error, Request, Response, Sent};
 
-use super::{Embed, JSON, fail};
+use super::{JSON, Served, fail};
 use crate::api::{
     self, ApiError, EmbedCall, Encoding, Flavor, Inputs, PredictCall, RerankCall, Route, Sequence,
     Timing, TruncationDirection,
 };
 use crate::backend::Backend;
 use crate::model::{Encoded, Side, TokenizeError};
+use crate::models::Choice;
 
 /// A request after its first step: answered (every route that needs no
 /// forward pass, and every refused request), or waiting for the pass.
@@ -78,7 +79,7 @@ pub(super) enum Out {
 pub(super) struct Pending<'a> {
     pub(super) resp: Response<'a>,
     pub(super) job: Job,
-    /// The inputs' tokens, until [`Embed::forward`] takes them.
+    /// The inputs' tokens, until [`Served::forward`] takes them.
     pub(super) encoded: Vec<Encoded>,
     /// Each input's tokens, for `/embed_all`'s reply.
     pub(super) lens: Vec<usize>,
@@ -88,18 +89,23 @@ pub(super) struct Pending<'a> {
     pub(super) tokenized_ns: u64,
     /// The timing headers' figures, filled in as the request goes.
     pub(super) timing: Timing,
-    /// What the forward pass gave, once [`Embed::forward`] has run, or the
+    /// What the forward pass gave, once [`Served::forward`] has run, or the
     /// reply that says why not.
     pub(super) out: Result<Out, ApiError>,
 }
 
-impl<B: Backend> Embed<B> {
-    /// Routes a request and answers it unless it needs the model.
-    pub(super) fn begin<'a>(&self, req: &Request<'_>, resp: Response<'a>) -> Begun<'a> {
+impl<B: Backend> Served<B> {
+    /// Answers a request routed to this model ([`Choice`]) unless it
+    /// needs the forward pass.
+    pub(super) fn begin<'a>(
+        &self,
+        req: &Request<'_>,
+        resp: Response<'a>,
+        choice: Choice,
+    ) -> Begun<'a> {
         let started_ns = self.host.now_ns();
         let arrived_ns = req.queued_ns().unwrap_or(started_ns).min(started_ns);
-        let route = api::resolve(req.method(), req.target(), self.kind);
-        let prepared = match route {
+        let prepared = match choice.route {
             Route::Health => return Begun::Answered(resp.send(200, &[], b"")),
             Route::Info => return Begun::Answered(resp.send(200, &[JSON], &self.info)),
             Route::OpenApi => return Begun::Answered(resp.send(200, &[JSON], &self.openapi)),
@@ -115,14 +121,14 @@ impl<B: Backend> Embed<B> {
             }
             Route::WrongModel { needs } => {
                 let e = ApiError::wrong_model(
-                    route_flavor(req.path()),
+                    choice.path_route.flavor(),
                     needs,
                     self.kind.name(),
                     &api::served_by(self.kind),
                 );
                 return Begun::Answered(fail(resp, &e));
             }
-            route => self.prepare(req, route),
+            route => self.prepare(req, route, choice.path_route == Route::Root),
         };
         match prepared {
             Ok((job, encoded, characters)) => {
@@ -187,10 +193,12 @@ impl<B: Backend> Embed<B> {
 
     /// A request to a route of the forward pass: its job, tokens and
     /// characters (prompts included), or why it is refused.
+    /// `at_root`: posted to `POST /` (of the model's path).
     fn prepare(
         &self,
         req: &Request<'_>,
         route: Route,
+        at_root: bool,
     ) -> Result<(Job, Vec<Encoded>, usize), ApiError> {
         let body = self.body(req, route.flavor())?;
         let l = &self.limits;
@@ -205,13 +213,11 @@ impl<B: Backend> Embed<B> {
             // (where TEI needs TASK=sentence-similarity to serve it).
             Route::Embed => match api::parse_tei(&body, l) {
                 Ok(call) => texts(call, Job::Embed),
-                Err(e) => match api::route(req.method(), req.target()) {
-                    Route::Root => match api::parse_similarity(&body, l) {
-                        Ok(s) => texts(similarity_call(s), |_| Job::Similarity),
-                        Err(_) => Err(e),
-                    },
-                    _ => Err(e),
+                Err(e) if at_root => match api::parse_similarity(&body, l) {
+                    Ok(s) => texts(similarity_call(s), |_| Job::Similarity),
+                    Err(_) => Err(e),
                 },
+                Err(e) => Err(e),
             },
             Route::OpenAiEmbeddings => texts(api::parse_openai(&body, l)?, Job::Embed),
             Route::EmbedAll => texts(api::parse_embed_all(&body, l)?, Job::EmbedAll),
@@ -339,9 +345,4 @@ fn similarity_call(s: api::SimilarityCall) -> EmbedCall {
         dimensions: None,
         prompt_name: s.prompt_name,
     }
-}
-
-/// The error shape of a path's replies when the model cannot answer it.
-fn route_flavor(path: &[u8]) -> Flavor {
-    api::route(b"POST", path).flavor()
 }

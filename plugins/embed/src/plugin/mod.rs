@@ -5,54 +5,38 @@ use m0serve_plugin::{
     Sent,
 };
 
-use std::collections::BTreeMap;
-use std::sync::atomic::AtomicU64;
-
-use crate::api::{self, ApiError, InfoFields, Limits, ModelKind, Route};
-use crate::backend::{Backend, ModelSource};
-use crate::model::{Model, Task};
+use crate::api::{self, ApiError, Route};
+use crate::backend::Backend;
+use crate::model::Model;
+use crate::models::{self, Catalog, ModelArg};
 use crate::settings::{self, Settings};
 
 mod forward;
 mod jobs;
+mod served;
 mod tokens;
 
-use jobs::Begun;
+use jobs::{Begun, Pending};
+use served::Served;
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 const JSON: Header<'static> = Header::new("Content-Type", "application/json");
 
-/// One worker's forward pass and what its routes need: the embedding
+/// One worker's models and what routes a request to one: the embedding
 /// plugin over any [`Backend`], the native encoder by default.
 pub struct Embed<B: Backend = Model> {
-    host: &'static Host,
-    backend: B,
-    /// The name `/v1/embeddings` answers with, whatever `model` a request
-    /// sends (clients send their own defaults).
-    served_name: String,
-    /// The model's prompts by name (config_sentence_transformers.json).
-    prompts: BTreeMap<String, String>,
-    /// The prompt for inputs that name none
-    /// ([`settings::ENV_DEFAULT_PROMPT_NAME`]'s or
-    /// [`settings::ENV_DEFAULT_PROMPT`]'s).
-    default_prompt: Option<String>,
-    limits: Limits,
-    /// Most tokens one [`Backend::embed`] call is given: what bounds the
-    /// memory of a pass, however many inputs the requests behind it hold.
-    pass_tokens: usize,
-    /// `GET /info`'s body, made once.
+    /// The served models, in the order given (the first answers
+    /// `GET /info` and the routes of its kind without a prefix).
+    models: Vec<Served<B>>,
+    /// Their names and kinds: where a request goes.
+    catalog: Catalog,
+    /// `GET /info`'s body without a prefix: the first model's, with
+    /// `models`.
     info: Vec<u8>,
-    /// `GET /openapi.json`'s body, made once, with this server's limits.
-    openapi: Vec<u8>,
-    /// Most inputs in flight in this worker
-    /// ([`settings::ENV_MAX_CONCURRENT_INPUTS`]).
-    max_concurrent_inputs: usize,
-    /// What the model is served for: which routes it answers.
-    kind: ModelKind,
-    /// A cross-encoder's labels, in id order (empty for other models).
-    labels: Vec<String>,
-    /// Requests answered with an id (Cohere's), for the next id.
-    requests: AtomicU64,
+    /// `GET /v1/models`'s body.
+    list: Vec<u8>,
+    /// Largest body read ([`settings::ENV_PAYLOAD_LIMIT`]).
+    payload_limit: usize,
 }
 
 impl<B: Backend> Plugin for Embed<B> {
@@ -75,247 +59,98 @@ impl<B: Backend> Plugin for Embed<B> {
     }
 
     fn init(host: &'static Host, args: &InitArgs) -> Result<Self, InitError> {
-        let plugin = B::DESCRIPTION.name();
         let settings = Settings::from_env().map_err(InitError::refused)?;
-        let threads = args.max_handler_threads.max(args.handler_threads).max(1) as usize;
-        let max_concurrent_inputs = settings.max_concurrent_inputs(threads);
-        let (dir, name) =
-            settings::model_dir(&B::model_arg(args), args.venv.as_deref(), B::MODEL_DIR_HINT)
-                .map_err(InitError::refused)?;
-        let backend = B::load(
-            host,
-            args,
-            ModelSource {
-                dir: &dir,
-                name,
-                settings: &settings,
-            },
-        )?;
-        let m = backend.info();
-        let (kind, labels) = match &m.task {
-            Task::Embed => (ModelKind::Embedding, Vec::new()),
-            Task::Classify { labels } if labels.len() == 1 => (ModelKind::Reranker, labels.clone()),
-            Task::Classify { labels } => (ModelKind::Classifier, labels.clone()),
-            Task::Sparse => (ModelKind::Sparse, Vec::new()),
-        };
-        // TEI reports a SPLADE model as an embedder of `splade` pooling.
-        let pooling = match kind {
-            ModelKind::Sparse => "splade",
-            _ => m.pooling.as_str(),
-        };
-        let served_name = settings
-            .served_model_name
-            .clone()
-            .unwrap_or_else(|| m.name.clone());
-        let prompts = settings::prompts(&dir).map_err(InitError::refused)?;
-        let default_prompt = match (&settings.default_prompt_name, &settings.default_prompt) {
-            (Some(name), _) => Some(prompts.get(name).cloned().ok_or_else(|| {
-                let known: Vec<&str> = prompts.keys().map(String::as_str).collect();
-                InitError::refused(format!(
-                    "{plugin}: {}={name:?} is not a prompt of the model in {} ({}); set it to \
-                     one of its prompts, or unset it",
-                    settings::ENV_DEFAULT_PROMPT_NAME,
-                    dir.display(),
-                    if known.is_empty() {
-                        "its config_sentence_transformers.json has none".to_string()
-                    } else {
-                        format!("it has {}", known.join(", "))
-                    }
-                ))
-            })?),
-            (None, Some(text)) => Some(text.clone()),
-            (None, None) => None,
-        };
-        let prompt_names = prompts.keys().cloned().collect::<Vec<_>>().join(",");
-        let facts = [
-            ("embed.model", m.name.clone()),
-            ("embed.model_dir", dir.display().to_string()),
-            ("embed.architecture", m.architecture.to_string()),
-            // TEI's model type: which routes answer (the others are 424).
-            ("embed.task", kind.name().to_string()),
-            ("embed.labels", labels.join(",")),
-            ("embed.dim", m.dim.to_string()),
-            ("embed.layers", m.layers.to_string()),
-            ("embed.max_len", m.max_len.to_string()),
-            ("embed.pooling", pooling.to_string()),
-            ("embed.normalize", m.normalize.to_string()),
-            ("embed.weight_bytes", m.weight_bytes.to_string()),
-            // Bytes of weights this process maps from the cache file, and
-            // whether those pages are shared with the other workers (a
-            // read-only MAP_SHARED mapping of one file): the memory a
-            // worker adds is what `Pss` shows, not these bytes again.
-            (
-                "embed.weights_mapped_bytes",
-                m.weights_file
-                    .as_ref()
-                    .map_or(0, |_| m.weight_bytes)
-                    .to_string(),
-            ),
-            ("embed.weights_shared", m.weights_file.is_some().to_string()),
-            (
-                "embed.weights_file",
-                m.weights_file
-                    .as_ref()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default(),
-            ),
-            ("embed.dtype", m.dtype.to_string()),
-            ("embed.threads", m.threads.to_string()),
-            (
-                "embed.max_batch_requests",
-                settings.max_batch_requests.to_string(),
-            ),
-            (
-                "embed.max_batch_bytes",
-                settings.max_batch_bytes.to_string(),
-            ),
-            (
-                "embed.max_client_batch_size",
-                settings.max_client_batch_size.to_string(),
-            ),
-            (
-                "embed.max_openai_inputs",
-                settings.max_openai_inputs.to_string(),
-            ),
-            (
-                "embed.max_cohere_documents",
-                settings.max_cohere_documents.to_string(),
-            ),
-            (
-                "embed.accept_token_ids",
-                settings.accept_token_ids.to_string(),
-            ),
-            ("embed.payload_limit", settings.payload_limit.to_string()),
-            ("embed.served_model_name", served_name.clone()),
-            ("embed.prompts", prompt_names),
-            (
-                "embed.default_prompt_name",
-                settings.default_prompt_name.clone().unwrap_or_default(),
-            ),
-            (
-                "embed.default_prompt",
-                settings.default_prompt.clone().unwrap_or_default(),
-            ),
-            (
-                "embed.max_concurrent_inputs",
-                max_concurrent_inputs.to_string(),
-            ),
-        ];
-        for (key, value) in facts {
-            // Held outside this process (another runtime's): not known.
-            if key == "embed.weight_bytes" && m.weight_bytes == 0 {
-                continue;
-            }
-            if key.starts_with("embed.weights_") && m.weights_file.is_none() {
-                continue;
-            }
-            // Well-formed constant keys: the host refuses none of them.
-            let _ = host.fact(key, &value);
+        let specs: Vec<ModelArg> = B::model_args(args)
+            .iter()
+            .map(|a| ModelArg::parse(a))
+            .collect();
+        let several = specs.len() > 1;
+        if several && settings.served_model_name.is_some() {
+            return Err(InitError::refused(format!(
+                "{}: {} names one model, and this server serves {}; name each model on the \
+                 command line as NAME=DIR instead, and unset {}",
+                B::DESCRIPTION.name(),
+                settings::ENV_SERVED_MODEL_NAME,
+                specs.len(),
+                settings::ENV_SERVED_MODEL_NAME
+            )));
         }
-        let weights = if let Some(file) = &m.weights_file {
-            let built = m
-                .weights_built
-                .as_ref()
-                .map_or(String::new(), |why| format!(", written now: it was {why}"));
-            format!(
-                ", {:.1} MB of f32 weights mapped shared from {}{built}",
-                m.weight_bytes as f64 / 1e6,
-                file.display()
-            )
-        } else if m.weight_bytes > 0 {
-            format!(", {:.1} MB of f32 weights", m.weight_bytes as f64 / 1e6)
-        } else {
-            String::new()
-        };
-        host.info(&format!(
-            "{plugin}: {} {} model from {} ({} layers, dim {}, max {} tokens, {pooling} pooling{weights}, {} compute thread(s) per call, batches of up to {} requests and {} body bytes)",
-            m.name,
-            kind.name(),
-            dir.display(),
-            m.layers,
-            m.dim,
-            m.max_len,
-            m.threads,
-            settings.max_batch_requests,
-            settings.max_batch_bytes,
-        ));
-        let limits = Limits {
-            max_client_batch_size: settings.max_client_batch_size,
-            max_openai_inputs: settings.max_openai_inputs,
-            max_cohere_documents: settings.max_cohere_documents,
-            accept_token_ids: settings.accept_token_ids,
-            vocab: backend.tokenizer().vocab(),
-            payload_limit: settings.payload_limit,
-            auto_truncate: settings.auto_truncate,
-            dim: m.dim,
-            prompt_names: prompts.keys().cloned().collect(),
-        };
-        // The host bounds a batch by body bytes, not tokens; at about 4
-        // bytes a token (English in JSON) the byte budget is this many
-        // tokens, and each forward pass is cut to it. A request over the
-        // host's budget still arrives, alone (one /v1/embeddings request
-        // may hold 2048 inputs), and is embedded in passes of this many
-        // tokens, in order; one input of max_len always fits.
-        let max_batch_tokens = (settings.max_batch_bytes as usize / 4).max(m.max_len);
-        let mut info = Vec::new();
-        api::write_info(
-            &InfoFields {
-                model_id: &m.name,
-                model_sha: None,
-                model_dtype: m.dtype,
-                pooling,
-                kind,
-                labels: &labels,
-                dim: m.dim,
-                max_concurrent_requests: threads * args.workers.max(1) as usize,
-                max_input_length: m.max_len,
-                max_batch_tokens,
-                max_batch_requests: Some(settings.max_batch_requests as usize),
-                max_client_batch_size: limits.max_client_batch_size,
-                max_openai_inputs: limits.max_openai_inputs,
-                max_concurrent_inputs,
-                auto_truncate: limits.auto_truncate,
-                tokenization_workers: threads,
-                version: VERSION,
-                sha: None,
-                docker_label: None,
-                served_model_name: Some(&served_name),
-                payload_limit: limits.payload_limit,
-                prompt_names: &prompts.keys().map(String::as_str).collect::<Vec<_>>(),
-                default_prompt_name: settings.default_prompt_name.as_deref(),
-            },
-            &mut info,
-        );
-        let openapi =
-            api::openapi_document(&limits, VERSION, Some(kind)).map_err(InitError::refused)?;
+        let loaded = load_all::<B>(host, args, &settings, &specs)?;
+        let mut models = Vec::with_capacity(loaded.len());
+        for (index, one) in loaded.into_iter().enumerate() {
+            let mut prefixes = Vec::new();
+            if index == 0 {
+                prefixes.push("embed.".to_string());
+            }
+            if several {
+                prefixes.push(format!("embed.model.{index}."));
+            }
+            let served = Served::new(
+                host,
+                args,
+                &settings,
+                one,
+                served::Facts {
+                    prefixes: &prefixes,
+                },
+                several,
+            )?;
+            models.push(served);
+        }
+        let catalog = catalog(&models, &specs)?;
+        // Well-formed constant key: the host refuses none.
+        let _ = host.fact("embed.models", &catalog.names().join(","));
+        let created = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let mut list = Vec::new();
+        catalog.write_list(created, &mut list);
+        // The first model's TEI fields, then every model's summary.
+        let mut info = models[0].info.clone();
+        info.pop();
+        info.extend_from_slice(b",\"models\":[");
+        for (i, m) in models.iter().enumerate() {
+            if i > 0 {
+                info.push(b',');
+            }
+            m.write_summary(&mut info);
+        }
+        info.extend_from_slice(b"]}");
         Ok(Embed {
-            host,
-            backend,
-            served_name,
-            prompts,
-            default_prompt,
-            limits,
-            pass_tokens: max_batch_tokens,
+            models,
+            catalog,
             info,
-            openapi,
-            max_concurrent_inputs,
-            kind,
-            labels,
-            requests: AtomicU64::new(0),
+            list,
+            payload_limit: settings.payload_limit,
         })
     }
 
     fn thread_start(&self, index: u32) -> Result<(), Error> {
-        self.backend.thread_start(index)
+        self.models
+            .iter()
+            .try_for_each(|m| m.backend.thread_start(index))
     }
 
     fn thread_stop(&self, index: u32) {
-        self.backend.thread_stop(index)
+        for m in &self.models {
+            m.backend.thread_stop(index);
+        }
     }
 
     fn admit(&self, req: &Request<'_>, resp: Response<'_>, in_flight: u64) -> Admit {
-        let route = api::resolve(req.method(), req.target(), self.kind);
-        match route {
+        let mut body = None;
+        let choice = self.catalog.choose(req.method(), req.target(), || {
+            let b = req.read_body(self.payload_limit).ok()?;
+            let model = api::body_model(&b);
+            body = Some(b);
+            model
+        });
+        let choice = match choice {
+            Ok(c) => c,
+            // Answered by the handler, at no cost.
+            Err(_) => return Admit::Cost(0),
+        };
+        match choice.route {
             // Each input (a text, a pair, a sentence) costs one; a route
             // the model cannot answer, tokenizing and decoding cost no
             // forward pass.
@@ -329,16 +164,17 @@ impl<B: Backend> Plugin for Embed<B> {
             | Route::CohereRerank(_) => {}
             _ => return Admit::Cost(0),
         };
+        let served = &self.models[choice.model];
         // Over the payload limit: the handler refuses it unread.
-        let Ok(body) = req.read_body(self.limits.payload_limit) else {
+        let Some(body) = body.or_else(|| req.read_body(self.payload_limit).ok()) else {
             return Admit::Cost(0);
         };
-        let inputs = api::count_inputs(&body, route, &self.limits);
+        let inputs = api::count_inputs(&body, choice.route, &served.limits);
         match api::admit(
-            route.flavor(),
+            choice.route.flavor(),
             inputs,
             in_flight,
-            self.max_concurrent_inputs,
+            served.max_concurrent_inputs,
         ) {
             Ok(cost) => Admit::Cost(cost),
             Err(e) => Admit::Answered(fail(resp, &e)),
@@ -346,11 +182,13 @@ impl<B: Backend> Plugin for Embed<B> {
     }
 
     fn handle(&self, req: &Request<'_>, resp: Response<'_>) -> Result<Sent, Error> {
-        match self.begin(req, resp) {
+        let (model, begun) = self.begin(req, resp);
+        match begun {
             Begun::Answered(sent) => sent,
             Begun::Compute(mut one) => {
-                self.forward(std::slice::from_mut(&mut *one));
-                self.reply(*one)
+                let served = &self.models[model];
+                served.forward(std::slice::from_mut(&mut *one));
+                served.reply(*one)
             }
         }
     }
@@ -364,19 +202,138 @@ impl<B: Backend> Plugin for Embed<B> {
             }
         }
         let mut first = Ok(());
-        let mut pending = Vec::with_capacity(batch.len());
+        // Each model's requests in passes of their own: models never mix
+        // in one forward pass, whatever batch the host formed.
+        let mut pending: Vec<Vec<Pending<'_>>> = self.models.iter().map(|_| Vec::new()).collect();
         for (req, resp) in batch {
             match self.begin(&req, resp) {
-                Begun::Answered(sent) => keep_first(&mut first, sent),
-                Begun::Compute(p) => pending.push(*p),
+                (_, Begun::Answered(sent)) => keep_first(&mut first, sent),
+                (model, Begun::Compute(p)) => pending[model].push(*p),
             }
         }
-        self.forward(&mut pending);
-        for p in pending {
-            keep_first(&mut first, self.reply(p));
+        for (served, mut mine) in self.models.iter().zip(pending) {
+            if mine.is_empty() {
+                continue;
+            }
+            served.forward(&mut mine);
+            for p in mine {
+                keep_first(&mut first, served.reply(p));
+            }
         }
         first
     }
+}
+
+impl<B: Backend> Embed<B> {
+    /// Routes a request to its model and begins it there; the server's
+    /// own routes (`/v1/models`, `/info` without a prefix) and requests
+    /// for no served model are answered here.
+    fn begin<'a>(&self, req: &Request<'_>, resp: Response<'a>) -> (usize, Begun<'a>) {
+        let choice = self.catalog.choose(req.method(), req.target(), || {
+            api::body_model(&req.read_body(self.payload_limit).ok()?)
+        });
+        let choice = match choice {
+            Ok(c) => c,
+            Err(e) => return (0, Begun::Answered(fail(resp, &e))),
+        };
+        match choice.route {
+            Route::Models => (0, Begun::Answered(resp.send(200, &[JSON], &self.list))),
+            Route::Info if !choice.prefixed => {
+                (0, Begun::Answered(resp.send(200, &[JSON], &self.info)))
+            }
+            _ => (
+                choice.model,
+                self.models[choice.model].begin(req, resp, choice),
+            ),
+        }
+    }
+}
+
+/// Loads every model ARG's backend: one on this thread (a backend in
+/// another runtime may need it), several at once on as many threads as
+/// the CPUs allow. The first that fails refuses the start, naming its ARG.
+fn load_all<B: Backend>(
+    host: &'static Host,
+    args: &InitArgs,
+    settings: &Settings,
+    specs: &[ModelArg],
+) -> Result<Vec<served::Loaded<B>>, InitError> {
+    if let [one] = specs {
+        return Ok(vec![served::load(host, args, settings, one)?]);
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut loaded = Vec::with_capacity(specs.len());
+    for chunk in specs.chunks(cpus) {
+        let results: Vec<Result<served::Loaded<B>, InitError>> = std::thread::scope(|s| {
+            let threads: Vec<_> = chunk
+                .iter()
+                .map(|spec| s.spawn(move || served::load(host, args, settings, spec)))
+                .collect();
+            threads
+                .into_iter()
+                .zip(chunk)
+                .map(|(t, spec)| {
+                    t.join().unwrap_or_else(|_| {
+                        Err(InitError::failed(format!(
+                            "{}: loading the model {} panicked",
+                            B::DESCRIPTION.name(),
+                            spec.dir
+                        )))
+                    })
+                })
+                .collect()
+        });
+        for (r, spec) in results.into_iter().zip(chunk) {
+            loaded.push(r.map_err(|e| naming(e, spec))?);
+        }
+    }
+    Ok(loaded)
+}
+
+/// A model's refusal, naming the ARG it came from (with several, the
+/// folder alone may not say which).
+fn naming(e: InitError, spec: &ModelArg) -> InitError {
+    let arg = match &spec.name {
+        Some(n) => format!("{n}={}", spec.dir),
+        None => spec.dir.clone(),
+    };
+    let message = format!("{} (model ARG `{arg}`)", e.message());
+    if e.is_refusal() {
+        InitError::refused(message)
+    } else {
+        InitError::failed(message)
+    }
+}
+
+/// The served names and kinds, each name valid and used once.
+fn catalog<B: Backend>(models: &[Served<B>], specs: &[ModelArg]) -> Result<Catalog, InitError> {
+    let plugin = B::DESCRIPTION.name();
+    let mut seen: Vec<(&str, &str)> = Vec::new();
+    for (m, spec) in models.iter().zip(specs) {
+        let name = m.served_name.as_str();
+        models::check_name(name).map_err(|why| {
+            InitError::refused(format!(
+                "{plugin}: the model from {} cannot be served as `{}`: {why}; name it on the \
+                 command line as NAME=DIR",
+                spec.dir,
+                name.escape_default()
+            ))
+        })?;
+        if let Some((_, other)) = seen.iter().find(|(n, _)| *n == name) {
+            return Err(InitError::refused(format!(
+                "{plugin}: two models are served as `{name}`, from {other} and from {}; give \
+                 each its own name on the command line as NAME=DIR",
+                spec.dir
+            )));
+        }
+        seen.push((name, spec.dir.as_str()));
+    }
+    Ok(Catalog::new(
+        models
+            .iter()
+            .map(|m| (m.served_name.clone(), m.kind))
+            .collect(),
+    ))
 }
 
 /// Answers with the error's status and JSON body (a 405 with `Allow`, a

@@ -3,11 +3,11 @@
 
 use m0serve_plugin::{Error, Request, Response, Sent};
 
-use super::{Embed, JSON, fail};
+use super::{JSON, Served, fail};
 use crate::api::{self, ApiError, Flavor};
 use crate::backend::Backend;
 
-impl<B: Backend> Embed<B> {
+impl<B: Backend> Served<B> {
     /// `POST /tokenize`: each input's tokens, with their byte offsets.
     pub(super) fn tokenize(&self, req: &Request<'_>, resp: Response<'_>) -> Result<Sent, Error> {
         let run = || -> Result<Vec<u8>, ApiError> {
