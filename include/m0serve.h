@@ -74,7 +74,7 @@ M0_EXPORT int32_t m0_plugin_init(const M0Host *host, const M0InitArgs *args,
 #define M0_ABI_MAJOR 1
 
 // Minor ABI version: grows with additive changes.
-#define M0_ABI_MINOR 5
+#define M0_ABI_MINOR 6
 
 // Success.
 #define M0_OK 0
@@ -209,6 +209,30 @@ M0_EXPORT int32_t m0_plugin_init(const M0Host *host, const M0InitArgs *args,
 
 // Counter: times a handler thread waited for the process-wide lock.
 #define M0_COUNTER_LOCK_WAITS 2
+
+// 1.6: the most models one process registers (`M0Host.model_register`).
+#define M0_MODELS_MAX 16
+
+// 1.6: the longest model name, in bytes.
+#define M0_MODEL_NAME_MAX 128
+
+// 1.6, `M0Host.metric_define`'s `kind`: a counter, which only grows.
+#define M0_METRIC_COUNTER 1
+
+// 1.6, `M0Host.metric_define`'s `kind`: a histogram over fixed bounds.
+#define M0_METRIC_HISTOGRAM 2
+
+// 1.6: the most metrics one process defines.
+#define M0_METRICS_MAX 32
+
+// 1.6: the longest metric name, in bytes.
+#define M0_METRIC_NAME_MAX 64
+
+// 1.6: the most bucket bounds of one histogram.
+#define M0_METRIC_BOUNDS_MAX 16
+
+// 1.6: the most labels on one `metric_record` call.
+#define M0_METRIC_LABELS_MAX 4
 
 // `content_length` value for `response_start`: length unknown, the body is
 // sent chunked (HTTP/1.1) or delimited by close (HTTP/1.0).
@@ -391,6 +415,50 @@ typedef struct M0Host {
   // Callable from any thread, at init or later; returns `M0_OK`.
   // Present only when `size` covers it (`HOST_READY_END`).
   int32_t (*set_ready)(uint32_t ready);
+  // 1.6: Name a model this worker serves: 1 to `M0_MODEL_NAME_MAX`
+  // bytes of visible ASCII, without `"` or `\`. Returns the model's id
+  // (>= 0; the same name gives the same id; at most `M0_MODELS_MAX` per
+  // process), or `M0_ERR_INVALID`. Call it at init. Present only when
+  // `size` covers it (`HOST_MODEL_REGISTER_END`).
+  int32_t (*model_register)(const uint8_t *name, size_t len);
+  // 1.6: Say which model `request` is for; only from `admit`, before
+  // it returns (`M0_ERR_STATE` from anywhere else). The host then
+  // batches it only with requests of the same model (requests with no
+  // model form a class of their own), choosing the next batch in turn
+  // among the models with requests queued, so a flood on one model
+  // delays another by at most the calls already running; counts its
+  // admitted cost in that model's `model_in_flight`; and labels its
+  // `m0serve_*` request and batch series with `model="NAME"` and its
+  // access log line with `"model"`. Returns `M0_OK`, or
+  // `M0_ERR_INVALID` for an id `model_register` did not return.
+  // Present only when `size` covers it (`HOST_REQUEST_MODEL_END`).
+  int32_t (*request_model)(const struct M0Request *request, uint32_t model);
+  // 1.6: The sum of the costs admitted for `model` whose responses are
+  // not complete (0 for an unknown id). Callable from any thread.
+  // Present only when `size` covers it (`HOST_MODEL_IN_FLIGHT_END`).
+  uint64_t (*model_in_flight)(uint32_t model);
+  // 1.6: Define one of the plugin's own metrics, shown on the
+  // `--metrics` page summed over the workers. `kind` is
+  // `M0_METRIC_COUNTER` or `M0_METRIC_HISTOGRAM` (with `bound_count`
+  // ascending finite `bounds`, at most `M0_METRIC_BOUNDS_MAX`; `bounds`
+  // is ignored for a counter); `name` a Prometheus metric name
+  // (`[a-zA-Z_:][a-zA-Z0-9_:]*`, at most `M0_METRIC_NAME_MAX` bytes, not
+  // beginning `m0serve_`); `help` its one-line description (no line
+  // breaks). Returns the metric's id (>= 0; the same name with the same
+  // definition gives the same id; at most `M0_METRICS_MAX`), or
+  // `M0_ERR_INVALID`. Call it at init. Present only when `size` covers
+  // it (`HOST_METRIC_DEFINE_END`).
+  int32_t (*metric_define)(uint32_t kind, const uint8_t *name, size_t name_len, const uint8_t *help, size_t help_len, const double *bounds, size_t bound_count);
+  // 1.6: Record `value` on metric `metric`: a counter adds it (>= 0),
+  // a histogram observes it. `labels` are (name, value) pairs, at most
+  // `M0_METRIC_LABELS_MAX`, names `[a-zA-Z_][a-zA-Z0-9_]*`; each
+  // distinct set of labels is a series of its own. A worker holds a
+  // fixed number of series: past it, `M0_ERR_UNAVAILABLE` (and one
+  // warning in the log). Callable from any thread without blocking;
+  // returns `M0_OK`, or `M0_ERR_INVALID` for an unknown metric, a
+  // malformed label or a value a counter cannot add. Present only when
+  // `size` covers it (`HOST_METRIC_RECORD_END`).
+  int32_t (*metric_record)(uint32_t metric, const struct M0Header *labels, size_t label_count, double value);
 } M0Host;
 
 // What the host tells the plugin at init.
@@ -406,7 +474,8 @@ typedef struct M0InitArgs {
   uint32_t max_handler_threads;
   // 1 when the worker was started by fork+exec.
   uint32_t spawned;
-  // The ARG given after `--plugin` on the command line (may be empty).
+  // The first ARG given after `--plugin` on the command line (may be
+  // empty); 1.6 hands every one of them in `args`.
   struct M0Str arg;
   // `--app-dir` (defaults to ".").
   struct M0Str app_dir;
@@ -414,6 +483,11 @@ typedef struct M0InitArgs {
   struct M0Str venv;
   // The listener's host and port.
   struct M0SockAddr server;
+  // 1.6: every ARG given after `--plugin`, in order (`arg` is the first
+  // of them); `arg_count` views at `args`, NULL when there are none.
+  // Read only when `size` covers them (`INIT_ARGS_ARGS_END`).
+  const struct M0Str *args;
+  size_t arg_count;
 } M0InitArgs;
 
 // The plugin's entry points, returned by `m0_plugin_init`. Static or living

@@ -260,6 +260,27 @@ pub fn run(cfg: &Config, with_init: bool) -> Findings {
             descriptor.name, descriptor.version, descriptor.abi_major, descriptor.abi_minor
         ),
     ));
+    if cli.args.len() > 1 && descriptor.abi_minor < 6 {
+        // Before 1.6 a plugin sees only the first ARG: the rest would be
+        // dropped without a word.
+        f.push(Check::fail(
+            "plugin-args",
+            EXIT_REFUSED,
+            format!(
+                "plugin {} takes one ARG (it is built for m0serve ABI {}.{}; several ARGs \
+                 need 1.6), and the command line gives {}: {}",
+                descriptor.name,
+                descriptor.abi_major,
+                descriptor.abi_minor,
+                cli.args.len(),
+                cli.args.join(" ")
+            ),
+            "pass one ARG after --plugin, or rebuild the plugin against this m0serve's \
+             include/m0serve.h to take several",
+        ));
+        f.descriptor = Some(descriptor);
+        return f;
+    }
     match report.init {
         Some(Err(e)) => {
             let fix = e.fix.unwrap_or_else(|| {

@@ -43,22 +43,24 @@ pub struct Cli {
     #[arg(long, env = "M0_PLUGIN", value_name = "PLUGIN", required = true)]
     pub plugin: Option<String>,
 
-    /// The plugin's argument: wsgi's app (MODULE:ATTR), embed's model
-    /// folder, pyembed's backend module.
+    /// The plugin's arguments: wsgi's app (MODULE:ATTR), embed's model
+    /// folders, pyembed's backend module.
     ///
-    /// Handed to the plugin's init: wsgi takes an app (MODULE[:ATTR], or
-    /// MODULE:factory(...)), embed a sentence-transformers model folder
-    /// (optional: the default model's package in --venv), pyembed a
-    /// backend module on --app-dir; hello_c and hello_rs none.
+    /// Handed to the plugin's init, in order: wsgi takes an app
+    /// (MODULE[:ATTR], or MODULE:factory(...)), embed one or more
+    /// sentence-transformers model folders (DIR or NAME=DIR; optional: the
+    /// default model's package in --venv), pyembed a backend module on
+    /// --app-dir; hello_c and hello_rs none. A plugin built for ABI 1.5 or
+    /// older takes one.
     #[arg(value_name = "ARG")]
-    pub arg: Option<String>,
+    pub args: Vec<String>,
 
     /// The plugin's argument, as TEI spells it: the same as ARG.
     ///
     /// For `--model-id FOLDER` habits from text-embeddings-inference: the
     /// model folder embed serves. m0serve downloads nothing: a Hub id
     /// (sentence-transformers/all-MiniLM-L6-v2) is not a folder.
-    #[arg(long, value_name = "MODEL", conflicts_with = "arg")]
+    #[arg(long, value_name = "MODEL", conflicts_with = "args")]
     pub model_id: Option<String>,
 
     /// Address to listen on.
@@ -569,7 +571,7 @@ impl Cli {
         let matches = cmd.try_get_matches_from_mut(args)?;
         let mut cli = Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut cmd))?;
         if let Some(model) = cli.model_id.take() {
-            cli.arg = Some(model);
+            cli.args = vec![model];
         }
         let typed = |id: &str| matches.value_source(id) == Some(ValueSource::CommandLine);
         if let Some(bind) = cli.bind.clone() {

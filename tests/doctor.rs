@@ -712,7 +712,7 @@ fn help_shows_the_plugin_as_required_and_arg_for_every_plugin() {
     assert_eq!(out.status.code(), Some(0));
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(
-        help.contains("Usage: m0serve [OPTIONS] --plugin <PLUGIN> [ARG]"),
+        help.contains("Usage: m0serve [OPTIONS] --plugin <PLUGIN> [ARG]..."),
         "{help}"
     );
     let arg = help

@@ -105,6 +105,31 @@ fn c_lays_out_every_boundary_struct_as_rust_does() {
         ),
         ("M0PluginCalls.admit", offset_of!(abi::M0PluginCalls, admit)),
         ("M0Error.message", offset_of!(abi::M0Error, message)),
+        (
+            "M0Host.model_register",
+            offset_of!(abi::M0Host, model_register),
+        ),
+        (
+            "M0Host.request_model",
+            offset_of!(abi::M0Host, request_model),
+        ),
+        (
+            "M0Host.model_in_flight",
+            offset_of!(abi::M0Host, model_in_flight),
+        ),
+        (
+            "M0Host.metric_define",
+            offset_of!(abi::M0Host, metric_define),
+        ),
+        (
+            "M0Host.metric_record",
+            offset_of!(abi::M0Host, metric_record),
+        ),
+        ("M0InitArgs.args", offset_of!(abi::M0InitArgs, args)),
+        (
+            "M0InitArgs.arg_count",
+            offset_of!(abi::M0InitArgs, arg_count),
+        ),
     ];
     for (name, rust) in expected {
         let c: usize = text
@@ -359,4 +384,24 @@ fn short_names_are_found_on_m0_plugin_path_and_misses_list_where_we_looked() {
             && err.contains("libno_such_plugin.so"),
         "{err}"
     );
+}
+
+#[test]
+fn several_args_to_a_plugin_built_before_1_6_are_refused_with_78_naming_it() {
+    // A 1.0 plugin sees only M0InitArgs.arg: a second ARG would be dropped
+    // without a word, so the server refuses the configuration instead.
+    let p = abi_1_0_plugin("v1_0_args", &[]);
+    let out = command(&["--plugin", p.to_str().unwrap(), "one", "two"])
+        .output()
+        .expect("run m0serve");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{err}");
+    assert!(
+        err.contains("plugin abi_1_0 takes one ARG") && err.contains("one two"),
+        "{err}"
+    );
+    assert!(err.contains("pass one ARG after --plugin"), "{err}");
+    // One ARG is still what it always took.
+    let s = Server::start(&["--plugin", p.to_str().unwrap(), "one"]);
+    assert_eq!(support::get(s.addr, "/").status, 200);
 }

@@ -65,7 +65,7 @@ use core::ffi::{c_char, c_void};
 /// Major ABI version: a plugin built for another major is refused.
 pub const M0_ABI_MAJOR: u32 = 1;
 /// Minor ABI version: grows with additive changes.
-pub const M0_ABI_MINOR: u32 = 5;
+pub const M0_ABI_MINOR: u32 = 6;
 
 // ---------------------------------------------------------------------------
 // Return codes. Stable, never reused. Negative codes from `handle` map to an
@@ -181,6 +181,24 @@ pub const M0_LOG_DEBUG: u32 = 4;
 pub const M0_COUNTER_LOCK_WAIT_NS: u32 = 1;
 /// Counter: times a handler thread waited for the process-wide lock.
 pub const M0_COUNTER_LOCK_WAITS: u32 = 2;
+
+/// 1.6: the most models one process registers (`M0Host.model_register`).
+pub const M0_MODELS_MAX: usize = 16;
+/// 1.6: the longest model name, in bytes.
+pub const M0_MODEL_NAME_MAX: usize = 128;
+
+/// 1.6, `M0Host.metric_define`'s `kind`: a counter, which only grows.
+pub const M0_METRIC_COUNTER: u32 = 1;
+/// 1.6, `M0Host.metric_define`'s `kind`: a histogram over fixed bounds.
+pub const M0_METRIC_HISTOGRAM: u32 = 2;
+/// 1.6: the most metrics one process defines.
+pub const M0_METRICS_MAX: usize = 32;
+/// 1.6: the longest metric name, in bytes.
+pub const M0_METRIC_NAME_MAX: usize = 64;
+/// 1.6: the most bucket bounds of one histogram.
+pub const M0_METRIC_BOUNDS_MAX: usize = 16;
+/// 1.6: the most labels on one `metric_record` call.
+pub const M0_METRIC_LABELS_MAX: usize = 4;
 
 /// `content_length` value for `response_start`: length unknown, the body is
 /// sent chunked (HTTP/1.1) or delimited by close (HTTP/1.0).
@@ -432,6 +450,63 @@ pub struct M0Host {
     /// Callable from any thread, at init or later; returns `M0_OK`.
     /// Present only when `size` covers it (`HOST_READY_END`).
     pub set_ready: unsafe extern "C" fn(ready: u32) -> i32,
+    /// 1.6: Name a model this worker serves: 1 to `M0_MODEL_NAME_MAX`
+    /// bytes of visible ASCII, without `"` or `\`. Returns the model's id
+    /// (>= 0; the same name gives the same id; at most `M0_MODELS_MAX` per
+    /// process), or `M0_ERR_INVALID`. Call it at init. Present only when
+    /// `size` covers it (`HOST_MODEL_REGISTER_END`).
+    pub model_register: unsafe extern "C" fn(name: *const u8, len: usize) -> i32,
+    /// 1.6: Say which model `request` is for; only from `admit`, before
+    /// it returns (`M0_ERR_STATE` from anywhere else). The host then
+    /// batches it only with requests of the same model (requests with no
+    /// model form a class of their own), choosing the next batch in turn
+    /// among the models with requests queued, so a flood on one model
+    /// delays another by at most the calls already running; counts its
+    /// admitted cost in that model's `model_in_flight`; and labels its
+    /// `m0serve_*` request and batch series with `model="NAME"` and its
+    /// access log line with `"model"`. Returns `M0_OK`, or
+    /// `M0_ERR_INVALID` for an id `model_register` did not return.
+    /// Present only when `size` covers it (`HOST_REQUEST_MODEL_END`).
+    pub request_model: unsafe extern "C" fn(request: *const M0Request, model: u32) -> i32,
+    /// 1.6: The sum of the costs admitted for `model` whose responses are
+    /// not complete (0 for an unknown id). Callable from any thread.
+    /// Present only when `size` covers it (`HOST_MODEL_IN_FLIGHT_END`).
+    pub model_in_flight: unsafe extern "C" fn(model: u32) -> u64,
+    /// 1.6: Define one of the plugin's own metrics, shown on the
+    /// `--metrics` page summed over the workers. `kind` is
+    /// `M0_METRIC_COUNTER` or `M0_METRIC_HISTOGRAM` (with `bound_count`
+    /// ascending finite `bounds`, at most `M0_METRIC_BOUNDS_MAX`; `bounds`
+    /// is ignored for a counter); `name` a Prometheus metric name
+    /// (`[a-zA-Z_:][a-zA-Z0-9_:]*`, at most `M0_METRIC_NAME_MAX` bytes, not
+    /// beginning `m0serve_`); `help` its one-line description (no line
+    /// breaks). Returns the metric's id (>= 0; the same name with the same
+    /// definition gives the same id; at most `M0_METRICS_MAX`), or
+    /// `M0_ERR_INVALID`. Call it at init. Present only when `size` covers
+    /// it (`HOST_METRIC_DEFINE_END`).
+    pub metric_define: unsafe extern "C" fn(
+        kind: u32,
+        name: *const u8,
+        name_len: usize,
+        help: *const u8,
+        help_len: usize,
+        bounds: *const f64,
+        bound_count: usize,
+    ) -> i32,
+    /// 1.6: Record `value` on metric `metric`: a counter adds it (>= 0),
+    /// a histogram observes it. `labels` are (name, value) pairs, at most
+    /// `M0_METRIC_LABELS_MAX`, names `[a-zA-Z_][a-zA-Z0-9_]*`; each
+    /// distinct set of labels is a series of its own. A worker holds a
+    /// fixed number of series: past it, `M0_ERR_UNAVAILABLE` (and one
+    /// warning in the log). Callable from any thread without blocking;
+    /// returns `M0_OK`, or `M0_ERR_INVALID` for an unknown metric, a
+    /// malformed label or a value a counter cannot add. Present only when
+    /// `size` covers it (`HOST_METRIC_RECORD_END`).
+    pub metric_record: unsafe extern "C" fn(
+        metric: u32,
+        labels: *const M0Header,
+        label_count: usize,
+        value: f64,
+    ) -> i32,
 }
 
 /// What the host tells the plugin at init.
@@ -448,7 +523,8 @@ pub struct M0InitArgs {
     pub max_handler_threads: u32,
     /// 1 when the worker was started by fork+exec.
     pub spawned: u32,
-    /// The ARG given after `--plugin` on the command line (may be empty).
+    /// The first ARG given after `--plugin` on the command line (may be
+    /// empty); 1.6 hands every one of them in `args`.
     pub arg: M0Str,
     /// `--app-dir` (defaults to ".").
     pub app_dir: M0Str,
@@ -456,6 +532,11 @@ pub struct M0InitArgs {
     pub venv: M0Str,
     /// The listener's host and port.
     pub server: M0SockAddr,
+    /// 1.6: every ARG given after `--plugin`, in order (`arg` is the first
+    /// of them); `arg_count` views at `args`, NULL when there are none.
+    /// Read only when `size` covers them (`INIT_ARGS_ARGS_END`).
+    pub args: *const M0Str,
+    pub arg_count: usize,
 }
 
 /// Handle one request. Return `M0_OK` once the response is finished, or a
@@ -637,6 +718,29 @@ pub const HOST_READY_END: usize =
 pub const REQUEST_QUEUED_END: usize =
     core::mem::offset_of!(M0Request, queued_ns) + size_of::<u64>();
 
+/// The end of `M0InitArgs::arg_count` (1.6): a plugin reads `args` and
+/// `arg_count` only when `covers(args.size, INIT_ARGS_ARGS_END)`.
+pub const INIT_ARGS_ARGS_END: usize =
+    core::mem::offset_of!(M0InitArgs, arg_count) + size_of::<usize>();
+
+/// The end of `M0Host::model_register` (1.6).
+pub const HOST_MODEL_REGISTER_END: usize = core::mem::offset_of!(M0Host, model_register)
+    + size_of::<unsafe extern "C" fn(*const u8, usize) -> i32>();
+/// The end of `M0Host::request_model` (1.6).
+pub const HOST_REQUEST_MODEL_END: usize = core::mem::offset_of!(M0Host, request_model)
+    + size_of::<unsafe extern "C" fn(*const M0Request, u32) -> i32>();
+/// The end of `M0Host::model_in_flight` (1.6).
+pub const HOST_MODEL_IN_FLIGHT_END: usize =
+    core::mem::offset_of!(M0Host, model_in_flight) + size_of::<unsafe extern "C" fn(u32) -> u64>();
+/// The end of `M0Host::metric_define` (1.6).
+pub const HOST_METRIC_DEFINE_END: usize = core::mem::offset_of!(M0Host, metric_define)
+    + size_of::<
+        unsafe extern "C" fn(u32, *const u8, usize, *const u8, usize, *const f64, usize) -> i32,
+    >();
+/// The end of `M0Host::metric_record` (1.6).
+pub const HOST_METRIC_RECORD_END: usize = core::mem::offset_of!(M0Host, metric_record)
+    + size_of::<unsafe extern "C" fn(u32, *const M0Header, usize, f64) -> i32>();
+
 /// The longest reason phrase `response_reason` takes.
 pub const M0_REASON_MAX: usize = 256;
 
@@ -661,6 +765,21 @@ const _: fn(&M0Host) -> &unsafe extern "C" fn(*const u8, usize, *const u8, usize
 const _: () = assert!(HOST_FACT_END > MIN_HOST_SIZE as usize);
 const _: () = assert!(HOST_REASON_END > HOST_FACT_END);
 const _: () = assert!(HOST_READY_END > HOST_REASON_END);
+const _: () = assert!(HOST_MODEL_REGISTER_END > HOST_READY_END);
+const _: () = assert!(HOST_REQUEST_MODEL_END > HOST_MODEL_REGISTER_END);
+const _: () = assert!(HOST_MODEL_IN_FLIGHT_END > HOST_REQUEST_MODEL_END);
+const _: () = assert!(HOST_METRIC_DEFINE_END > HOST_MODEL_IN_FLIGHT_END);
+const _: () = assert!(HOST_METRIC_RECORD_END > HOST_METRIC_DEFINE_END);
+const _: () = assert!(HOST_METRIC_RECORD_END == size_of::<M0Host>());
+const _: () = assert!(INIT_ARGS_ARGS_END == size_of::<M0InitArgs>());
+const _: () = assert!(
+    core::mem::offset_of!(M0InitArgs, args)
+        >= core::mem::offset_of!(M0InitArgs, server) + size_of::<M0SockAddr>()
+);
+const _: fn(&M0Host) -> &unsafe extern "C" fn(*const M0Request, u32) -> i32 =
+    |host| &host.request_model;
+const _: fn(&M0Host) -> &unsafe extern "C" fn(u32, *const M0Header, usize, f64) -> i32 =
+    |host| &host.metric_record;
 const _: fn(&M0Host) -> &unsafe extern "C" fn(*mut M0Response, *const u8, usize) -> i32 =
     |host| &host.response_reason;
 const _: () = assert!(PLUGIN_INFO_BATCH_BYTES_END > MIN_PLUGIN_INFO_SIZE as usize);

@@ -59,6 +59,7 @@ pub struct Description {
     pub(crate) caps: u32,
     pub(crate) max_batch: u32,
     pub(crate) max_batch_bytes: u32,
+    pub(crate) several_args: bool,
 }
 
 impl Description {
@@ -77,6 +78,7 @@ impl Description {
             caps: 0,
             max_batch: 0,
             max_batch_bytes: 0,
+            several_args: false,
         }
     }
 
@@ -150,13 +152,26 @@ impl Description {
         self
     }
 
+    /// The plugin takes several ARGs ([`InitArgs::args`](crate::InitArgs::args),
+    /// such as several model folders). Needs a host of ABI 1.6 or later:
+    /// a host refuses several ARGs for a plugin that declares an older
+    /// minor, which would see only the first.
+    pub const fn several_args(mut self) -> Description {
+        self.several_args = true;
+        self
+    }
+
     /// The least ABI minor whose features this description uses: a host
     /// refuses a plugin that declares a newer minor than its own, so an SDK
     /// plugin declares only what it needs and loads on every host that has
     /// it. Host functions added later (`fact`, 1.2) are looked up by the
     /// table's size instead, and do nothing on an older host.
     pub const fn abi_minor(&self) -> u32 {
-        if self.caps & abi::M0_CAP_ADMIT != 0 {
+        if self.several_args {
+            // M0InitArgs.args came in 1.6: an older host hands only the
+            // first ARG.
+            6
+        } else if self.caps & abi::M0_CAP_ADMIT != 0 {
             // M0_CAP_ADMIT and M0PluginCalls.admit came in 1.5: an older
             // host would never ask, and queue every request.
             5
@@ -236,6 +251,8 @@ mod tests {
             (admits.to_info().abi_minor, admits.to_info().caps),
             (5, abi::M0_CAP_BATCH | abi::M0_CAP_ADMIT)
         );
+        let several = admits.several_args().to_info();
+        assert_eq!(several.abi_minor, 6);
         let held = Description::new(c"p", c"1")
             .call_model(CallModel::Pinned)
             .process_lock(ProcessLock::Held)

@@ -4,8 +4,9 @@
 use std::sync::OnceLock;
 
 use m0serve_abi::{
-    self as abi, HOST_FACT_END, HOST_READY_END, HOST_REASON_END, M0Header, M0Host, M0Request,
-    M0Response, MIN_HOST_SIZE, covers,
+    self as abi, HOST_FACT_END, HOST_METRIC_DEFINE_END, HOST_METRIC_RECORD_END,
+    HOST_MODEL_IN_FLIGHT_END, HOST_MODEL_REGISTER_END, HOST_READY_END, HOST_REASON_END,
+    HOST_REQUEST_MODEL_END, M0Header, M0Host, M0Request, M0Response, MIN_HOST_SIZE, covers,
 };
 
 use crate::Error;
@@ -31,6 +32,14 @@ pub struct Host {
         Option<unsafe extern "C" fn(*mut M0Response, *const u8, usize) -> i32>,
     /// 1.4; `None` from an older host.
     set_ready: Option<unsafe extern "C" fn(u32) -> i32>,
+    /// 1.6 (models and metrics, `models.rs`); `None` from an older host.
+    pub(crate) model_register: Option<unsafe extern "C" fn(*const u8, usize) -> i32>,
+    pub(crate) request_model: Option<unsafe extern "C" fn(*const M0Request, u32) -> i32>,
+    pub(crate) model_in_flight: Option<unsafe extern "C" fn(u32) -> u64>,
+    pub(crate) metric_define: Option<
+        unsafe extern "C" fn(u32, *const u8, usize, *const u8, usize, *const f64, usize) -> i32,
+    >,
+    pub(crate) metric_record: Option<unsafe extern "C" fn(u32, *const M0Header, usize, f64) -> i32>,
     abi_minor: u32,
 }
 
@@ -92,8 +101,8 @@ impl Host {
                 abi::M0_ABI_MINOR
             ));
         }
-        // SAFETY: as above, each field read is a 1.0 function, and `fact`
-        // is read only when `size` says the table has it.
+        // SAFETY: as above, each field read is a 1.0 function, and each
+        // later one is read only when `size` says the table has it.
         Ok(unsafe {
             Host {
                 log: (*host).log,
@@ -107,6 +116,13 @@ impl Host {
                 fact: covers(size, HOST_FACT_END).then(|| (*host).fact),
                 response_reason: covers(size, HOST_REASON_END).then(|| (*host).response_reason),
                 set_ready: covers(size, HOST_READY_END).then(|| (*host).set_ready),
+                model_register: covers(size, HOST_MODEL_REGISTER_END)
+                    .then(|| (*host).model_register),
+                request_model: covers(size, HOST_REQUEST_MODEL_END).then(|| (*host).request_model),
+                model_in_flight: covers(size, HOST_MODEL_IN_FLIGHT_END)
+                    .then(|| (*host).model_in_flight),
+                metric_define: covers(size, HOST_METRIC_DEFINE_END).then(|| (*host).metric_define),
+                metric_record: covers(size, HOST_METRIC_RECORD_END).then(|| (*host).metric_record),
                 abi_minor: minor,
             }
         })
@@ -235,6 +251,29 @@ mod tests {
     unsafe extern "C" fn ready(_: u32) -> i32 {
         abi::M0_OK
     }
+    unsafe extern "C" fn register(_: *const u8, len: usize) -> i32 {
+        len as i32
+    }
+    unsafe extern "C" fn request_model(_: *const M0Request, _: u32) -> i32 {
+        abi::M0_OK
+    }
+    unsafe extern "C" fn in_flight(model: u32) -> u64 {
+        u64::from(model) + 100
+    }
+    unsafe extern "C" fn define(
+        kind: u32,
+        _: *const u8,
+        _: usize,
+        _: *const u8,
+        _: usize,
+        _: *const f64,
+        count: usize,
+    ) -> i32 {
+        (kind * 10) as i32 + count as i32
+    }
+    unsafe extern "C" fn record(_: u32, _: *const M0Header, _: usize, _: f64) -> i32 {
+        abi::M0_OK
+    }
 
     fn table(size: u32, major: u32) -> M0Host {
         M0Host {
@@ -252,7 +291,33 @@ mod tests {
             fact,
             response_reason: reason,
             set_ready: ready,
+            model_register: register,
+            request_model,
+            model_in_flight: in_flight,
+            metric_define: define,
+            metric_record: record,
         }
+    }
+
+    #[test]
+    fn models_and_metrics_are_used_only_when_the_hosts_size_covers_them() {
+        let full = table(size_of::<M0Host>() as u32, abi::M0_ABI_MAJOR);
+        // SAFETY: a whole, valid table.
+        let host = unsafe { Host::read(&full) }.unwrap();
+        assert_eq!(host.register_model("abc"), Ok(crate::ModelId(3)));
+        assert_eq!(host.model_in_flight(crate::ModelId(2)), 102);
+        assert!(host.define_counter("c", "").is_ok());
+        assert!(host.define_histogram("h", "", &[1.0, 2.0]).is_ok());
+        host.record(host.define_counter("c", "").unwrap(), &[("a", "b")], 1.0);
+        // A 1.5 host's table ends at set_ready: nothing past it is called.
+        let older = table(HOST_READY_END as u32, abi::M0_ABI_MAJOR);
+        // SAFETY: valid, and longer than it says.
+        let host = unsafe { Host::read(&older) }.unwrap();
+        assert!(host.model_register.is_none() && host.metric_record.is_none());
+        assert!(host.register_model("abc").is_err());
+        assert_eq!(host.model_in_flight(crate::ModelId(2)), 0);
+        assert!(host.define_counter("c", "").is_err());
+        assert!(host.define_histogram("h", "", &[1.0]).is_err());
     }
 
     #[test]

@@ -62,6 +62,7 @@ mod entry;
 mod error;
 mod host;
 mod init;
+mod models;
 mod request;
 mod response;
 
@@ -70,6 +71,7 @@ pub use describe::{CallModel, Description, ProcessLock, Start};
 pub use error::{Error, InitError};
 pub use host::{Host, Level, host};
 pub use init::InitArgs;
+pub use models::{Metric, ModelId};
 pub use request::{Addr, Body, RawBody, Request};
 pub use response::{BodyWriter, Header, Length, RawResponse, Response, Sent};
 

@@ -14,7 +14,7 @@ use crate::{Error, Host};
 /// as long as the call.
 pub struct Request<'a> {
     raw: &'a M0Request,
-    host: &'static Host,
+    pub(crate) host: &'static Host,
 }
 
 /// A socket address as text.

@@ -56,6 +56,10 @@ pub struct Job {
     /// What the plugin's `admit` said the request costs (0 without one):
     /// the loop holds it in its in-flight sum until the job comes back.
     pub cost: u64,
+    /// The model the plugin's `admit` named (`M0Host.request_model`), or
+    /// `models::NO_MODEL`: the pool batches only jobs of one model
+    /// together, and the metrics and access log name it.
+    pub model: u32,
 }
 
 impl Job {
@@ -184,8 +188,9 @@ pub fn serve(callee: &Callee, job: &Job, bufs: &mut CallBuffers, sink: Sink<'_>)
 
 /// What the plugin's `admit` made of a request.
 pub enum Admission {
-    /// Queue it; it holds this cost until its response is done.
-    Admitted(u64),
+    /// Queue it; it holds this cost until its response is done, and is a
+    /// request for this model (`models::NO_MODEL` when none was named).
+    Admitted { cost: u64, model: u32 },
     /// The plugin refused it and answered it on the loop (or failed,
     /// and the host answered with the code's status).
     Answered(Outcome),
@@ -203,10 +208,14 @@ pub fn admit(
     in_flight: u64,
 ) -> Admission {
     let Some(admit) = callee.calls.admit else {
-        return Admission::Admitted(0);
+        return Admission::Admitted {
+            cost: 0,
+            model: super::models::NO_MODEL,
+        };
     };
     fill_headers(&mut bufs.headers, job);
     let mut exchange = exchange_for(job, &mut bufs.scratch, Sink::Spill(spilled));
+    exchange.admitting = true;
     let exchange_ptr: *mut Exchange<'_> = &mut exchange;
     let request = request_for(
         callee,
@@ -232,8 +241,12 @@ pub fn admit(
             &mut cost,
         )
     };
+    exchange.admitting = false;
     if code == abi::M0_OK && !exchange.started() {
-        return Admission::Admitted(cost);
+        return Admission::Admitted {
+            cost,
+            model: exchange.model,
+        };
     }
     // A started response is the answer whatever the code; an error code
     // with none is answered with its status.

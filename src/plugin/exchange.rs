@@ -87,6 +87,11 @@ pub struct Exchange<'a> {
     /// `Access-Control-Allow-Origin` to add to the head (`http/cors.rs`),
     /// unless the plugin writes its own.
     pub cors: Option<&'a [u8]>,
+    /// Set for the plugin's `admit` call: `M0Host.request_model` may name
+    /// the request's model then, and only then (1.6).
+    pub admitting: bool,
+    /// The model `request_model` named (`models::NO_MODEL` when none).
+    pub model: u32,
     pub status: u16,
     pub bytes_sent: u64,
     /// Of `bytes_sent`, the body's (the access log's "bytes").
@@ -132,6 +137,8 @@ impl<'a> Exchange<'a> {
             socket_full: false,
             reason_len: None,
             cors: None,
+            admitting: false,
+            model: super::models::NO_MODEL,
             status: 0,
             bytes_sent: 0,
             body_sent: 0,

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use m0serve_abi as abi;
 
 use crate::plugin::exchange::Exchange;
+use crate::plugin::{models, plugin_metrics};
 
 /// The table. Static: valid for the life of the process.
 pub static HOST: abi::M0Host = abi::M0Host {
@@ -27,6 +28,11 @@ pub static HOST: abi::M0Host = abi::M0Host {
     fact: host_fact,
     response_reason: host_response_reason,
     set_ready: host_set_ready,
+    model_register: host_model_register,
+    request_model: host_request_model,
+    model_in_flight: host_model_in_flight,
+    metric_define: host_metric_define,
+    metric_record: host_metric_record,
 };
 
 /// Whether the plugin says this worker is ready for traffic
@@ -286,6 +292,110 @@ unsafe extern "C" fn host_fact(
             None => facts.push((key, value)),
         }
         abi::M0_OK
+    })
+}
+
+unsafe extern "C" fn host_model_register(name: *const u8, len: usize) -> i32 {
+    boundary(abi::M0_ERR_INTERNAL, || {
+        // SAFETY: the plugin passes `len` readable bytes.
+        let Some(name) = (unsafe { bytes(name, len) }) else {
+            return abi::M0_ERR_INVALID;
+        };
+        match models::register(name) {
+            Some(id) => id as i32,
+            None => {
+                crate::log::warn(format_args!(
+                    "the plugin's model name {:?} is refused (M0_ERR_INVALID): a name is 1 to {} \
+                     bytes of visible ASCII without '\"' or '\\', and a process serves at most {} \
+                     models",
+                    String::from_utf8_lossy(name),
+                    abi::M0_MODEL_NAME_MAX,
+                    abi::M0_MODELS_MAX
+                ));
+                abi::M0_ERR_INVALID
+            }
+        }
+    })
+}
+
+unsafe extern "C" fn host_request_model(request: *const abi::M0Request, model: u32) -> i32 {
+    boundary(abi::M0_ERR_INTERNAL, || {
+        if request.is_null() {
+            return abi::M0_ERR_INVALID;
+        }
+        // SAFETY: the request is the one handed to the current call; its
+        // host_data is that call's Exchange.
+        let Some(ex) = (unsafe { exchange((*request).host_data.cast()) }) else {
+            return abi::M0_ERR_INVALID;
+        };
+        if !ex.admitting {
+            return abi::M0_ERR_STATE;
+        }
+        if !models::is_registered(model) {
+            return abi::M0_ERR_INVALID;
+        }
+        ex.model = model;
+        abi::M0_OK
+    })
+}
+
+unsafe extern "C" fn host_model_in_flight(model: u32) -> u64 {
+    boundary(0, || models::in_flight(model))
+}
+
+unsafe extern "C" fn host_metric_define(
+    kind: u32,
+    name: *const u8,
+    name_len: usize,
+    help: *const u8,
+    help_len: usize,
+    bounds: *const f64,
+    bound_count: usize,
+) -> i32 {
+    boundary(abi::M0_ERR_INTERNAL, || {
+        // SAFETY: the plugin passes `name_len` and `help_len` readable bytes.
+        let (Some(name), Some(help)) = (unsafe { bytes(name, name_len) }, unsafe {
+            bytes(help, help_len)
+        }) else {
+            return abi::M0_ERR_INVALID;
+        };
+        let bounds: &[f64] = if kind != abi::M0_METRIC_HISTOGRAM || bound_count == 0 {
+            &[]
+        } else if bounds.is_null() || bound_count > abi::M0_METRIC_BOUNDS_MAX {
+            return abi::M0_ERR_INVALID;
+        } else {
+            // SAFETY: non-null with `bound_count` (at most 16) f64s, per the
+            // plugin's side of the contract.
+            unsafe { std::slice::from_raw_parts(bounds, bound_count) }
+        };
+        match plugin_metrics::check(kind, name, help, bounds).and_then(plugin_metrics::define) {
+            Ok(id) => id as i32,
+            Err(why) => {
+                crate::log::warn(format_args!(
+                    "the plugin's metric {:?} is refused (M0_ERR_INVALID): {why}",
+                    String::from_utf8_lossy(name)
+                ));
+                abi::M0_ERR_INVALID
+            }
+        }
+    })
+}
+
+unsafe extern "C" fn host_metric_record(
+    metric: u32,
+    labels: *const abi::M0Header,
+    label_count: usize,
+    value: f64,
+) -> i32 {
+    boundary(abi::M0_ERR_INTERNAL, || {
+        if label_count > abi::M0_METRIC_LABELS_MAX {
+            return abi::M0_ERR_INVALID;
+        }
+        // SAFETY: the plugin passes `label_count` valid pairs.
+        let Some(labels) = (unsafe { header_pairs(labels, label_count) }) else {
+            return abi::M0_ERR_INVALID;
+        };
+        plugin_metrics::record(metric, labels, value)
     })
 }
 

@@ -13,6 +13,8 @@ use crate::config::Config;
 pub struct InitArgsOwned {
     pub args: abi::M0InitArgs,
     _strings: Vec<CString>,
+    /// The views of every ARG that `args.args` points at.
+    _arg_views: Vec<abi::M0Str>,
 }
 
 impl InitArgsOwned {
@@ -31,13 +33,21 @@ impl InitArgsOwned {
             .as_ref()
             .map(|p| p.display().to_string())
             .unwrap_or_default();
-        let strings = vec![
-            CString::new(cfg.cli.arg.clone().unwrap_or_default()).unwrap_or_default(),
+        let mut strings = vec![
             CString::new(cfg.cli.app_dir.display().to_string()).unwrap_or_default(),
             CString::new(venv).unwrap_or_default(),
             CString::new(server_ip).unwrap_or_default(),
         ];
+        // The ARGs follow, in order; a string with a NUL cannot come from a
+        // command line, and is empty here.
+        strings.extend(
+            cfg.cli
+                .args
+                .iter()
+                .map(|a| CString::new(a.as_str()).unwrap_or_default()),
+        );
         let view = |i: usize| abi::M0Str::from_bytes(strings[i].as_bytes());
+        let arg_views: Vec<abi::M0Str> = (3..strings.len()).map(view).collect();
         let args = abi::M0InitArgs {
             size: std::mem::size_of::<abi::M0InitArgs>() as u32,
             worker_index: index,
@@ -45,16 +55,23 @@ impl InitArgsOwned {
             handler_threads,
             max_handler_threads,
             spawned: u32::from(spawned),
-            arg: view(0),
-            app_dir: view(1),
-            venv: view(2),
-            server: abi::M0SockAddr { ip: view(3), port },
+            arg: arg_views.first().copied().unwrap_or(abi::M0Str::EMPTY),
+            app_dir: view(0),
+            venv: view(1),
+            server: abi::M0SockAddr { ip: view(2), port },
+            args: if arg_views.is_empty() {
+                std::ptr::null()
+            } else {
+                arg_views.as_ptr()
+            },
+            arg_count: arg_views.len(),
         };
-        // The views point into the CStrings' heap buffers, which do not move
-        // when the Vec does.
+        // The views point into the CStrings' heap buffers and `args` into
+        // the views' buffer, none of which moves when its Vec does.
         InitArgsOwned {
             args,
             _strings: strings,
+            _arg_views: arg_views,
         }
     }
 }

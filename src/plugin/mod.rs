@@ -8,6 +8,8 @@ pub mod exchange;
 pub mod host;
 pub mod init_args;
 pub mod loader;
+pub mod models;
+pub mod plugin_metrics;
 pub mod probe;
 pub mod refusal;
 

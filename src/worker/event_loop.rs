@@ -906,6 +906,7 @@ impl EventLoop {
             cors,
             queued_at: self.now,
             cost: 0,
+            model: crate::plugin::models::NO_MODEL,
         };
         self.sweep.set(key, None);
         Some(job)
@@ -919,7 +920,7 @@ impl EventLoop {
         match self.pool.try_submit(job) {
             Ok(()) => self.in_flight += 1,
             Err(job) => {
-                self.release_cost(job.cost);
+                self.release_cost(&job);
                 let http_minor = job.head.http_minor;
                 self.recycle(job.buf, job.head);
                 self.reply_and_linger(
@@ -936,7 +937,7 @@ impl EventLoop {
     pub(super) fn on_completion(&mut self, done: Completion) {
         self.in_flight -= 1;
         let Completion { job, outcome } = done;
-        self.release_cost(job.cost);
+        self.release_cost(&job);
         let key = job.token;
         self.log_access(&job, &outcome);
         self.recycle(job.buf, job.head);

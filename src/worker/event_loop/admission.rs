@@ -18,6 +18,7 @@
 
 use super::EventLoop;
 use crate::plugin::call::{Admission, CallBuffers, Job};
+use crate::plugin::models;
 
 /// What the loop keeps for the plugin's `admit` calls.
 pub(super) struct Admitting {
@@ -63,11 +64,13 @@ impl EventLoop {
             .pool
             .admit(&job, &mut a.bufs, &mut a.spilled, a.in_flight)
         {
-            Admission::Admitted(cost) => {
+            Admission::Admitted { cost, model } => {
                 a.admitted += 1;
                 a.in_flight = a.in_flight.saturating_add(cost);
                 a.peak = a.peak.max(a.in_flight);
+                models::hold(model, cost);
                 job.cost = cost;
+                job.model = model;
                 Ok(job)
             }
             Admission::Answered(outcome) => {
@@ -83,11 +86,12 @@ impl EventLoop {
     }
 
     /// A job is back (or refused by the host): its cost is no longer in
-    /// flight.
-    pub(super) fn release_cost(&mut self, cost: u64) {
+    /// flight, in the worker's sum and its model's.
+    pub(super) fn release_cost(&mut self, job: &Job) {
         if let Some(a) = &mut self.admission {
-            debug_assert!(a.in_flight >= cost, "released more than was admitted");
-            a.in_flight = a.in_flight.saturating_sub(cost);
+            debug_assert!(a.in_flight >= job.cost, "released more than was admitted");
+            a.in_flight = a.in_flight.saturating_sub(job.cost);
+            models::release(job.model, job.cost);
         }
     }
 

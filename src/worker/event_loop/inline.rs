@@ -81,7 +81,7 @@ impl EventLoop {
     /// An inline call answered. True when the connection is ready for its
     /// next request now; otherwise it flushes first, or closes.
     pub(super) fn answered_inline(&mut self, key: usize, job: Job, outcome: Outcome) -> bool {
-        self.release_cost(job.cost);
+        self.release_cost(&job);
         let Some(inline) = &mut self.inline else {
             return false;
         };
