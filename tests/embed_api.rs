@@ -573,8 +573,9 @@ fn batch_limits_come_from_their_variables_and_are_declared() {
     let d = &plain["plugin"];
     assert_eq!(d["declares_batch"], true, "{plain}");
     assert_eq!(d["max_batch"], 32, "{plain}");
-    // The byte limit is ABI 1.3's, the admission hook (E23) 1.5's.
-    assert_eq!(d["abi"], "1.5", "{plain}");
+    // The byte limit is ABI 1.3's, the admission hook (E23) 1.5's, a
+    // model per ARG (M1) 1.6's.
+    assert_eq!(d["abi"], "1.6", "{plain}");
     assert_eq!(d["facts"]["embed.max_batch_requests"], "32", "{plain}");
     assert_eq!(d["facts"]["embed.max_batch_bytes"], "65536", "{plain}");
     let set = doctor(&[

@@ -17,15 +17,16 @@ use crate::support::test_dir::TestDir;
 use crate::support::{Client, Server, command, plugin};
 
 fn serve(workers: &str, cache: &Path) -> Server {
+    serve_models(workers, cache, &[minilm().display().to_string()])
+}
+
+/// The embed plugin serving one model per ARG of `models`.
+fn serve_models(workers: &str, cache: &Path, models: &[String]) -> Server {
     let p = plugin("embed");
-    let dir = minilm();
-    let mut cmd = command(&[
-        "--plugin",
-        p.to_str().unwrap(),
-        dir.to_str().unwrap(),
-        "--workers",
-        workers,
-    ]);
+    let mut args = vec!["--plugin", p.to_str().unwrap()];
+    args.extend(models.iter().map(String::as_str));
+    args.extend(["--workers", workers]);
+    let mut cmd = command(&args);
     cmd.env("M0_EMBED_CACHE_DIR", cache);
     Server::start_cmd(cmd)
 }
@@ -86,10 +87,40 @@ fn serve_the_reference(s: &Server) {
     });
 }
 
+/// The reranker's reference pairs, each query's from its own connection
+/// and all at once, every score checked: its weights paged in by every
+/// worker that answers.
+fn rerank_the_reference(s: &Server) {
+    let r = crate::embed_reranker::reference();
+    let groups = crate::embed_tasks::queries(&r);
+    std::thread::scope(|scope| {
+        for (q, texts, logits) in &groups {
+            scope.spawn(move || {
+                let mut c = Client::connect(s.addr);
+                for _ in 0..3 {
+                    let body = json!({"query": q, "texts": texts, "truncate": true});
+                    let (status, v, _) = post(&mut c, "/models/rr/rerank", &body);
+                    assert_eq!(status, 200, "{v}");
+                    for x in v.as_array().unwrap() {
+                        let i = x["index"].as_u64().unwrap() as usize;
+                        let want = crate::embed_tasks::sigmoid(logits[i]);
+                        assert!((x["score"].as_f64().unwrap() - want).abs() < 1e-4, "{v}");
+                    }
+                }
+            });
+        }
+    });
+}
+
 /// The workers' (Pss, Rss) in kB after serving the reference.
 fn measure(workers: usize, cache: &Path) -> Vec<(u64, u64)> {
     let s = serve(&workers.to_string(), cache);
-    serve_the_reference(&s);
+    measured(&s, workers)
+}
+
+/// The workers' (Pss, Rss) in kB of `s` after serving the references.
+fn measured(s: &Server, workers: usize) -> Vec<(u64, u64)> {
+    serve_the_reference(s);
     let pids = s.worker_pids();
     assert_eq!(pids.len(), workers, "{}", s.log());
     assert!(
@@ -117,6 +148,48 @@ fn two_workers_share_one_copy_of_the_weights() {
         two[1].0,
         two[0].1,
         two[1].1,
+        sum as f64 / one[0].0 as f64
+    );
+    assert!(
+        sum * 10 <= one[0].0 * 14,
+        "two workers' Pss {two:?} sum to {sum} kB, over 1.4x one worker's {} kB",
+        one[0].0
+    );
+}
+
+/// Two models (MiniLM and the stand-in reranker), each its own cache
+/// file: two workers serving both stay within 1.4x of one worker serving
+/// both, as with one model.
+#[test]
+fn two_workers_of_two_models_share_one_copy_of_each() {
+    let cache = TestDir::new("embed_memory_two_models");
+    let rr = TestDir::new("embed_memory_rr");
+    crate::embed_reranker::assemble(&rr);
+    let models = [
+        format!("mini={}", minilm().display()),
+        format!("rr={}", rr.display()),
+    ];
+    let measure = |workers: usize| {
+        let s = serve_models(&workers.to_string(), &cache, &models);
+        rerank_the_reference(&s);
+        let m = measured(&s, workers);
+        assert_eq!(
+            s.log_count("mapped shared from"),
+            2 * workers,
+            "{}",
+            s.log()
+        );
+        m
+    };
+    let two = measure(2);
+    let one = measure(1);
+    let sum: u64 = two.iter().map(|w| w.0).sum();
+    eprintln!(
+        "embed memory, two models: one worker Pss {} kB; two workers {} + {} = {sum} kB; \
+         ratio {:.2}",
+        one[0].0,
+        two[0].0,
+        two[1].0,
         sum as f64 / one[0].0 as f64
     );
     assert!(

@@ -17,7 +17,7 @@ use crate::support::test_dir::TestDir;
 use crate::support::venv::{embed_venv, minilm_dir, venv_python};
 use crate::support::{Client, Server, repo_root};
 
-fn reference() -> Value {
+pub(crate) fn reference() -> Value {
     let path = repo_root().join("tests/data/minilm_reranker_reference.json");
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
@@ -25,7 +25,7 @@ fn reference() -> Value {
 /// The reranker's folder assembled into `dir` by the checked-in script
 /// (standard library only, so the test venv's python runs it: no torch)
 /// from the MiniLM package the embedding tests already install.
-fn assemble(dir: &Path) {
+pub(crate) fn assemble(dir: &Path) {
     let venv = embed_venv();
     let out = Command::new(venv_python(&venv))
         .arg(repo_root().join("tests/data/make_minilm_reranker.py"))

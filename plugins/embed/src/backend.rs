@@ -157,10 +157,20 @@ impl Backend for Model {
     // Reentrant with no process-wide lock: concurrent calls each run their
     // own forward pass. A call computes for milliseconds, so it is never
     // made on the event loop.
-    const DESCRIPTION: Description = Description::new(c"embed", c"0.1.0");
+    // One model per ARG (`DIR` or `NAME=DIR`): a host of ABI 1.6 or later.
+    const DESCRIPTION: Description = Description::new(c"embed", c"0.1.0").several_args();
 
     const MODEL_DIR_HINT: &'static str =
         "pass a sentence-transformers model folder as ARG (m0serve --plugin embed MODEL_DIR)";
+
+    /// Every ARG, one model each (`DIR` or `NAME=DIR`); the default
+    /// package's when none is given.
+    fn model_args(args: &InitArgs) -> Vec<String> {
+        match args.args.is_empty() {
+            true => vec![args.arg.clone()],
+            false => args.args.clone(),
+        }
+    }
 
     fn load(
         _host: &'static Host,

@@ -297,6 +297,18 @@ mod tests {
                 ApiError::internal(f, "x"),
                 ApiError::overloaded(f, "x"),
             ];
+            // With several models: a `model` not served, or of another
+            // kind.
+            if f == Flavor::OpenAi {
+                all.push(ApiError::unknown_model(f, "x", &["a", "b"]));
+                all.push(ApiError::model_of_wrong_kind(
+                    f,
+                    "b",
+                    "reranker",
+                    "an embedding",
+                    &["a"],
+                ));
+            }
             // TEI's fields alone: a prompt, text pairs.
             if f == Flavor::Tei {
                 all.push(ApiError::unknown_prompt(f, "x", &["query"]));

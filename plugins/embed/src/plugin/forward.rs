@@ -92,6 +92,8 @@ impl<B: Backend> Served<B> {
         let want: usize = counts.iter().sum();
         let rows = passes(&all, self.pass_tokens, Encoded::tokens)
             .try_fold(Vec::with_capacity(want), |mut rows, one| {
+                let tokens = one.iter().map(Encoded::tokens).sum();
+                self.metrics.pass(&self.served_name, one.len(), tokens);
                 match call(&self.backend, one) {
                     None => Err(Failure::Unserved),
                     Some(Err(e)) => Err(Failure::Backend(e)),
@@ -174,13 +176,19 @@ impl<B: Backend> Served<B> {
     pub(super) fn reply(&self, mut p: Pending<'_>) -> Result<Sent, Error> {
         let output = match std::mem::replace(&mut p.out, Ok(Out::Floats(Vec::new()))) {
             Ok(o) => o,
-            Err(e) => return fail(p.resp, &e),
+            Err(e) => {
+                self.metrics.failed(&self.served_name, &e);
+                return fail(p.resp, &e);
+            }
         };
         let mut out = Vec::new();
         if let Err(e) = self.render(&p, output, &mut out) {
+            self.metrics.failed(&self.served_name, &e);
             return fail(p.resp, &e);
         }
         p.timing.total_ns = self.host.now_ns().saturating_sub(p.arrived_ns);
+        self.metrics
+            .succeeded(&self.served_name, &p.timing, &p.lens);
         let timing = p.timing.headers();
         let mut headers = Vec::with_capacity(timing.len() + 1);
         headers.push(JSON);

@@ -96,12 +96,13 @@ pub(super) struct Pending<'a> {
 
 impl<B: Backend> Served<B> {
     /// Answers a request routed to this model ([`Choice`]) unless it
-    /// needs the forward pass.
+    /// needs the forward pass; `body`: its body, if routing read it.
     pub(super) fn begin<'a>(
         &self,
         req: &Request<'_>,
         resp: Response<'a>,
         choice: Choice,
+        body: Option<Vec<u8>>,
     ) -> Begun<'a> {
         let started_ns = self.host.now_ns();
         let arrived_ns = req.queued_ns().unwrap_or(started_ns).min(started_ns);
@@ -128,7 +129,10 @@ impl<B: Backend> Served<B> {
                 );
                 return Begun::Answered(fail(resp, &e));
             }
-            route => self.prepare(req, route, choice.path_route == Route::Root),
+            route => {
+                self.metrics.request(&self.served_name);
+                self.prepare(req, route, choice.path_route == Route::Root, body)
+            }
         };
         match prepared {
             Ok((job, encoded, characters)) => {
@@ -153,7 +157,10 @@ impl<B: Backend> Served<B> {
                     out: Ok(Out::Floats(Vec::new())),
                 }))
             }
-            Err(e) => Begun::Answered(fail(resp, &e)),
+            Err(e) => {
+                self.metrics.failed(&self.served_name, &e);
+                Begun::Answered(fail(resp, &e))
+            }
         }
     }
 
@@ -193,14 +200,19 @@ impl<B: Backend> Served<B> {
 
     /// A request to a route of the forward pass: its job, tokens and
     /// characters (prompts included), or why it is refused.
-    /// `at_root`: posted to `POST /` (of the model's path).
+    /// `at_root`: posted to `POST /` (of the model's path); `body`: the
+    /// body already read, else it is read here.
     fn prepare(
         &self,
         req: &Request<'_>,
         route: Route,
         at_root: bool,
+        body: Option<Vec<u8>>,
     ) -> Result<(Job, Vec<Encoded>, usize), ApiError> {
-        let body = self.body(req, route.flavor())?;
+        let body = match body {
+            Some(b) => b,
+            None => self.body(req, route.flavor())?,
+        };
         let l = &self.limits;
         let texts = |call: EmbedCall, job: fn(EmbedCall) -> Job| {
             let (encoded, characters) = self.tokenize_call(&call)?;

@@ -13,10 +13,12 @@ use crate::settings::{self, Settings};
 
 mod forward;
 mod jobs;
+mod metrics;
 mod served;
 mod tokens;
 
 use jobs::{Begun, Pending};
+use metrics::Metrics;
 use served::Served;
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -25,6 +27,7 @@ const JSON: Header<'static> = Header::new("Content-Type", "application/json");
 /// One worker's models and what routes a request to one: the embedding
 /// plugin over any [`Backend`], the native encoder by default.
 pub struct Embed<B: Backend = Model> {
+    host: &'static Host,
     /// The served models, in the order given (the first answers
     /// `GET /info` and the routes of its kind without a prefix).
     models: Vec<Served<B>>,
@@ -76,6 +79,7 @@ impl<B: Backend> Plugin for Embed<B> {
             )));
         }
         let loaded = load_all::<B>(host, args, &settings, &specs)?;
+        let metrics = Metrics::define(host);
         let mut models = Vec::with_capacity(loaded.len());
         for (index, one) in loaded.into_iter().enumerate() {
             let mut prefixes = Vec::new();
@@ -94,6 +98,7 @@ impl<B: Backend> Plugin for Embed<B> {
                     prefixes: &prefixes,
                 },
                 several,
+                metrics,
             )?;
             models.push(served);
         }
@@ -117,6 +122,7 @@ impl<B: Backend> Plugin for Embed<B> {
         }
         info.extend_from_slice(b"]}");
         Ok(Embed {
+            host,
             models,
             catalog,
             info,
@@ -170,14 +176,31 @@ impl<B: Backend> Plugin for Embed<B> {
             return Admit::Cost(0);
         };
         let inputs = api::count_inputs(&body, choice.route, &served.limits);
+        // The model's own budget where the host keeps one per model.
+        let in_flight = match served.id {
+            Some(id) => self.host.model_in_flight(id),
+            None => in_flight,
+        };
         match api::admit(
             choice.route.flavor(),
             inputs,
             in_flight,
             served.max_concurrent_inputs,
         ) {
-            Ok(cost) => Admit::Cost(cost),
-            Err(e) => Admit::Answered(fail(resp, &e)),
+            Ok(cost) => {
+                if let Some(id) = served.id {
+                    // In admit, for a registered id: the host refuses
+                    // neither. Its batches and metrics are this model's.
+                    let _ = req.set_model(id);
+                }
+                Admit::Cost(cost)
+            }
+            Err(e) => {
+                // Never handled: counted here.
+                served.metrics.request(&served.served_name);
+                served.metrics.failed(&served.served_name, &e);
+                Admit::Answered(fail(resp, &e))
+            }
         }
     }
 
@@ -229,8 +252,17 @@ impl<B: Backend> Embed<B> {
     /// own routes (`/v1/models`, `/info` without a prefix) and requests
     /// for no served model are answered here.
     fn begin<'a>(&self, req: &Request<'_>, resp: Response<'a>) -> (usize, Begun<'a>) {
+        // A body read here to pick the model is the handler's: a body is
+        // read once.
+        let mut body = None;
         let choice = self.catalog.choose(req.method(), req.target(), || {
-            api::body_model(&req.read_body(self.payload_limit).ok()?)
+            if req.content_length() > self.payload_limit as u64 {
+                return None;
+            }
+            let b = req.read_body(self.payload_limit).ok()?;
+            let model = api::body_model(&b);
+            body = Some(b);
+            model
         });
         let choice = match choice {
             Ok(c) => c,
@@ -243,7 +275,7 @@ impl<B: Backend> Embed<B> {
             }
             _ => (
                 choice.model,
-                self.models[choice.model].begin(req, resp, choice),
+                self.models[choice.model].begin(req, resp, choice, body),
             ),
         }
     }

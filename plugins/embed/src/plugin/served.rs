@@ -2,13 +2,14 @@
 //! limits, prompts, `/info` and OpenAPI bodies, admission budget), made
 //! once at init from its folder.
 
-use m0serve_plugin::{Host, InitArgs, InitError};
+use m0serve_plugin::{Host, InitArgs, InitError, ModelId};
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 
 use super::VERSION;
+use super::metrics::Metrics;
 use crate::api::{self, InfoFields, Limits, ModelKind};
 use crate::backend::{Backend, ModelSource};
 use crate::model::{Model, Task};
@@ -44,6 +45,12 @@ pub(super) struct Served<B: Backend = Model> {
     pub(super) labels: Vec<String>,
     /// Requests answered with an id (Cohere's), for the next id.
     pub(super) requests: AtomicU64,
+    /// The host's id of this model: its requests' batches, admitted
+    /// inputs and metrics are its own. `None` from a host before ABI 1.6
+    /// (then every model shares the worker's budget).
+    pub(super) id: Option<ModelId>,
+    /// TEI's `te_*` series, labelled with this model's name.
+    pub(super) metrics: Metrics,
 }
 
 /// A model's folder as init found it, and the backend loaded from it.
@@ -97,6 +104,7 @@ impl<B: Backend> Served<B> {
         loaded: Loaded<B>,
         facts: Facts<'_>,
         several: bool,
+        metrics: Metrics,
     ) -> Result<Served<B>, InitError> {
         let plugin = B::DESCRIPTION.name();
         let Loaded {
@@ -301,7 +309,12 @@ impl<B: Backend> Served<B> {
         );
         let openapi =
             api::openapi_document(&limits, VERSION, Some(kind)).map_err(InitError::refused)?;
+        // A host before 1.6 has no registry (`UNAVAILABLE`): one budget
+        // then, as before. The name was checked as the registry checks it.
+        let id = host.register_model(&served_name).ok();
         Ok(Served {
+            id,
+            metrics,
             host,
             backend,
             served_name,
