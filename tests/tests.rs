@@ -41,6 +41,7 @@ mod kubernetes;
 mod layering;
 mod loop_calls;
 mod metrics;
+mod models;
 mod nginx;
 mod openapi;
 mod plugin_abi;

@@ -22,12 +22,13 @@
 
 pub mod adaptive;
 pub mod batching;
+pub mod job_queue;
 pub mod schedstat;
 pub mod sizing;
 pub mod watch;
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -40,6 +41,7 @@ use crate::plugin::exchange::{Outcome, Sink};
 use crate::plugin::loader::Calls;
 
 use batching::Sizes;
+use job_queue::JobQueue;
 use schedstat::{Clock, ThreadSet};
 use watch::{IdleThread, Watch, Watcher};
 
@@ -77,7 +79,7 @@ struct Members {
 }
 
 struct Queue {
-    jobs: VecDeque<Job>,
+    jobs: JobQueue<Job>,
     capacity: usize,
     idle: usize,
     /// Threads that should exist; a thread above it exits after its job.
@@ -143,7 +145,7 @@ impl Pool {
     pub fn start(settings: PoolSettings, waker: mio::Waker) -> Pool {
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue {
-                jobs: VecDeque::with_capacity(settings.capacity.min(4096)),
+                jobs: JobQueue::with_capacity(settings.capacity.min(4096)),
                 capacity: settings.capacity,
                 idle: 0,
                 target: settings.threads,
@@ -562,9 +564,9 @@ fn handler_loop(shared: &Arc<Shared>, mut bufs: CallBuffers) {
                         if let Some((_, want)) = gather {
                             shared.stats.batches.record_wait(q.jobs.len() >= want);
                         }
-                        batching::take(&mut q.jobs, limits, &mut jobs);
+                        q.jobs.take_batch(limits, &mut jobs);
                     } else {
-                        jobs.extend(q.jobs.pop_front());
+                        jobs.extend(q.jobs.pop_next());
                     }
                     q.busy += 1;
                     watcher.step_down(&shared.watch);

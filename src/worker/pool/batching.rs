@@ -8,17 +8,16 @@
 //! request is served at once, and under load the next batch forms by itself
 //! while the previous one computes; only a batch short of the previous one
 //! waits briefly for the rest (see `gather`). Requests are taken in
-//! arrival order and a batch never skips one, so none waits behind later
-//! ones; each has its whole body (the loop dispatches only complete
+//! arrival order and a batch never skips one of its model (a batch holds
+//! one model's requests, and models take turns: `job_queue.rs`), so none
+//! waits behind later ones; each has its whole body (the loop dispatches only complete
 //! requests, one per connection at a time, so pipelined requests keep
 //! their order).
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::plugin::Descriptor;
-use crate::plugin::call::Job;
 
 /// How many requests and body bytes one call may hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,28 +98,6 @@ fn bound(n: usize, unit: &str) -> String {
         format!("any number of {unit}")
     } else {
         format!("{n} {unit}")
-    }
-}
-
-/// Move the next batch from the front of `queue` into `into`: the first job
-/// always (a request larger than the byte limit on its own goes alone),
-/// then each following one while both limits hold.
-pub fn take(queue: &mut VecDeque<Job>, limits: Limits, into: &mut Vec<Job>) {
-    let Some(first) = queue.pop_front() else {
-        return;
-    };
-    let mut bytes = first.body_len();
-    into.push(first);
-    while into.len() < limits.max_requests {
-        let Some(next) = queue.front() else { break };
-        let Some(total) = bytes
-            .checked_add(next.body_len())
-            .filter(|&t| t <= limits.max_bytes)
-        else {
-            break;
-        };
-        bytes = total;
-        into.extend(queue.pop_front());
     }
 }
 
