@@ -148,7 +148,7 @@ struct Header {
     deaths_signal: AtomicU64,
 }
 
-const MAGIC: u64 = 0x6d30_6d65_7472_0001; // "m0metr" v1
+const MAGIC: u64 = 0x6d30_6d65_7472_0002; // "m0metr" v2: model slots and plugin series
 
 /// What the supervisor records of a worker's end.
 pub enum Death {
