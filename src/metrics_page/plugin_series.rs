@@ -31,6 +31,12 @@ pub const HELP_MAX: usize = 512;
 const FREE: u64 = 0;
 const CLAIMED: u64 = 1;
 const READY: u64 = 2;
+/// Claimed and not published within `CLAIM_SPINS`: passed over from then on.
+const ABANDONED: u64 = 3;
+
+/// How long a reader waits for a claimed slot to be published, in spins
+/// (far more than the few stores it takes).
+const CLAIM_SPINS: u32 = 1 << 16;
 
 pub const COUNTER: u64 = 1;
 pub const HISTOGRAM: u64 = 2;
@@ -160,12 +166,13 @@ impl PluginSeries {
         let start = (h % SERIES as u64) as usize;
         for i in 0..SERIES {
             let s = &self.series[(start + i) % SERIES];
+            let mut spins = 0u32;
             loop {
                 match s.state.load(Ordering::Acquire) {
                     READY if s.hash.load(Ordering::Relaxed) == h && s.key.holds(key) => {
                         return Ok(s);
                     }
-                    READY => break,
+                    READY | ABANDONED => break,
                     FREE => {
                         if s.state
                             .compare_exchange(FREE, CLAIMED, Ordering::Acquire, Ordering::Acquire)
@@ -179,8 +186,26 @@ impl PluginSeries {
                         // Another thread claimed it: look again once it
                         // is published (it may be this very key).
                     }
-                    // Being published by another thread: a few stores away.
-                    _ => std::hint::spin_loop(),
+                    // Being published by another thread: a few stores
+                    // away. A worker killed between its claim and its
+                    // publish leaves the slot claimed for good: past the
+                    // bound it is marked abandoned, and its key goes on to
+                    // the next slot (a claimer that was only slow publishes
+                    // it after all; a key in two slots is summed by every
+                    // reader, and by the fold).
+                    _ if spins < CLAIM_SPINS => {
+                        spins += 1;
+                        std::hint::spin_loop();
+                    }
+                    _ => {
+                        let _ = s.state.compare_exchange(
+                            CLAIMED,
+                            ABANDONED,
+                            Ordering::Relaxed,
+                            Ordering::Relaxed,
+                        );
+                        break;
+                    }
                 }
             }
         }
@@ -308,6 +333,29 @@ mod tests {
         }
         assert_eq!(t.record(b"c\0new=\"1\"", None, 1.0), Err(Full));
         assert_eq!(t.record(b"c\0i=\"7\"", None, 1.0), Ok(()));
+    }
+
+    #[test]
+    fn a_slot_claimed_and_never_published_is_passed_over() {
+        let t = table();
+        let key = b"c\0";
+        let first = (hash(key) % SERIES as u64) as usize;
+        // As a worker killed between its claim and its publish leaves it.
+        t.series[first].state.store(CLAIMED, Ordering::Relaxed);
+        t.record(key, None, 2.0).unwrap();
+        assert_eq!(t.series[first].state.load(Ordering::Relaxed), ABANDONED);
+        t.record(key, None, 1.0).unwrap();
+        let all: Vec<_> = t.series().collect();
+        assert_eq!(
+            all,
+            [(
+                key.to_vec(),
+                Values {
+                    value: 3.0,
+                    ..Values::ZERO
+                }
+            )]
+        );
     }
 
     #[test]
