@@ -8,12 +8,22 @@
 //! reads every block and renders the whole server. When a worker dies the
 //! supervisor folds its counters into the `retired` block before its
 //! replacement starts, so no counter goes backwards.
+//!
+//! A block also holds each model's share of its counters
+//! (`model_counts.rs`) and the plugin's own metrics (`plugin_series.rs`),
+//! both ABI 1.6, folded the same way.
+
+pub mod model_counts;
+pub mod plugin_series;
+pub mod text;
 
 use std::os::fd::{OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::memfd_map::{self, MemfdMap};
+use model_counts::{MODELS, ModelCounts};
+use plugin_series::PluginSeries;
 
 /// How often a worker copies what it keeps elsewhere (pool statistics,
 /// gauges) into its block.
@@ -61,6 +71,10 @@ pub struct Block {
     pub handler_threads: AtomicU64,
     pub queued: AtomicU64,
     pub pid: AtomicU64,
+    /// Each model's share of the counts above (by the worker's model id).
+    pub models: [ModelCounts; MODELS],
+    /// The plugin's own metrics.
+    pub plugin: PluginSeries,
 }
 
 impl Block {
@@ -100,17 +114,22 @@ impl Block {
         ]
     }
 
-    /// Count a response: its status, its time and its bytes.
-    pub fn count_response(&self, status: u16, duration: Duration, bytes_out: u64) {
+    /// Count a response: its status, its time and its bytes, in the
+    /// slot of its model (the worker's id; any other value: none).
+    pub fn count_response(&self, model: u32, status: u16, duration: Duration, bytes_out: u64) {
         let class = usize::from(status / 100).clamp(1, 5) - 1;
-        self.responses[class].fetch_add(1, Ordering::Relaxed);
         let us = duration.as_micros().min(u128::from(u64::MAX)) as u64;
         let bucket = DURATION_BOUNDS_US
             .iter()
             .position(|&b| us <= b)
             .unwrap_or(DURATION_BOUNDS_US.len());
-        self.duration[bucket].fetch_add(1, Ordering::Relaxed);
-        self.duration_sum_us.fetch_add(us, Ordering::Relaxed);
+        let (responses, durations, sum) = match self.models.get(model as usize) {
+            Some(m) => (&m.responses, &m.duration, &m.duration_sum_us),
+            None => (&self.responses, &self.duration, &self.duration_sum_us),
+        };
+        responses[class].fetch_add(1, Ordering::Relaxed);
+        durations[bucket].fetch_add(1, Ordering::Relaxed);
+        sum.fetch_add(us, Ordering::Relaxed);
         self.bytes_out.fetch_add(bytes_out, Ordering::Relaxed);
     }
 }
@@ -129,7 +148,7 @@ struct Header {
     deaths_signal: AtomicU64,
 }
 
-const MAGIC: u64 = 0x6d30_6d65_7472_0001; // "m0metr" v1
+const MAGIC: u64 = 0x6d30_6d65_7472_0002; // "m0metr" v2: model slots and plugin series
 
 /// What the supervisor records of a worker's end.
 pub enum Death {
@@ -208,8 +227,10 @@ impl MetricsPage {
     }
 
     /// The supervisor reaped the worker of slot `index`: its counters go to
-    /// `retired`, and the slot starts from zero for the next one.
-    pub fn worker_ended(&self, index: usize, death: Death) {
+    /// `retired`, and the slot starts from zero for the next one. Returns
+    /// the plugin's series the retired block had no room for (their
+    /// counts are lost).
+    pub fn worker_ended(&self, index: usize, death: Death) -> usize {
         match death {
             Death::Clean => {}
             Death::Exit => {
@@ -226,6 +247,20 @@ impl MetricsPage {
         for gauge in block.gauges() {
             gauge.store(0, Ordering::Relaxed);
         }
+        let mut name = [0u8; 128];
+        for m in &block.models {
+            let len = m.name.load_into(&mut name);
+            if len == 0 {
+                continue;
+            }
+            // A retired block with every slot named keeps no more models:
+            // 16 is what one worker may register, and workers serve the
+            // same ones.
+            if let Some(to) = model_counts::slot_for(&self.retired().models, &name[..len]) {
+                m.fold_into(to);
+            }
+        }
+        block.plugin.fold_into(&self.retired().plugin)
     }
 
     /// Worker starts, deaths by exit status, deaths by signal.
@@ -247,9 +282,12 @@ mod tests {
     fn a_dead_workers_counters_are_folded_and_its_slot_starts_over() {
         let page = MetricsPage::create(2).unwrap();
         page.block(1)
-            .count_response(200, Duration::from_millis(3), 13);
+            .count_response(u32::MAX, 200, Duration::from_millis(3), 13);
         page.block(1)
-            .count_response(503, Duration::from_secs(20), 0);
+            .count_response(u32::MAX, 503, Duration::from_secs(20), 0);
+        page.block(1).models[2].name.store(b"m");
+        page.block(1)
+            .count_response(2, 200, Duration::from_millis(3), 5);
         page.block(1).open_connections.store(7, Ordering::Relaxed);
         page.worker_ended(1, Death::Signal);
         let r = page.retired();
@@ -260,7 +298,14 @@ mod tests {
             r.duration[DURATION_BOUNDS_US.len()].load(Ordering::Relaxed),
             1
         );
-        assert_eq!(r.bytes_out.load(Ordering::Relaxed), 13);
+        assert_eq!(r.bytes_out.load(Ordering::Relaxed), 18);
+        // The model's counts went to the retired slot of its name.
+        assert!(r.models[0].name.holds(b"m"));
+        assert_eq!(r.models[0].responses[1].load(Ordering::Relaxed), 1);
+        assert_eq!(
+            page.block(1).models[2].responses[1].load(Ordering::Relaxed),
+            0
+        );
         assert!(
             page.block(1)
                 .counters()

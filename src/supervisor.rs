@@ -549,7 +549,14 @@ impl Supervisor<'_> {
                 (Some(_), _) => Death::Exit,
                 _ => Death::Signal,
             };
-            page.worker_ended(index, death);
+            let lost = page.worker_ended(index, death);
+            if lost > 0 {
+                crate::log::warn(format_args!(
+                    "--metrics: {lost} of worker {index}'s plugin series had no room in the \
+                     retired block ({} series): their counts are lost",
+                    crate::metrics_page::plugin_series::SERIES
+                ));
+            }
         }
         if let Some((page, _)) = &self.share {
             // Until its replacement has loaded (it claims the line then),

@@ -190,3 +190,38 @@ fn an_access_log_that_cannot_be_opened_is_refused_with_78() {
         "{err}"
     );
 }
+
+#[test]
+fn a_json_line_names_the_model_the_plugin_gave_the_request() {
+    let log = log_file("models.jsonl");
+    let s = crate::models::start(
+        &[
+            "--workers",
+            "1",
+            "--access-log",
+            log.to_str().unwrap(),
+            "--access-log-format",
+            "json",
+        ],
+        &["bge-small", "reranker"],
+    );
+    let mut c = Client::connect(s.addr);
+    for target in ["/work?model=reranker", "/work", "/work?model=bge-small"] {
+        assert_eq!(c.get(target).status, 200);
+    }
+    let lines = json_lines(&stop_and_read(s, &log));
+    let models: Vec<(&str, Option<&str>)> = lines
+        .iter()
+        .map(|l| (l["target"].as_str().unwrap(), l["model"].as_str()))
+        .collect();
+    assert_eq!(
+        models,
+        [
+            ("/work?model=reranker", Some("reranker")),
+            ("/work", None),
+            ("/work?model=bge-small", Some("bge-small")),
+        ]
+    );
+    // A request without one has no "model" field at all.
+    assert!(lines[1].get("model").is_none(), "{}", lines[1]);
+}

@@ -1,7 +1,8 @@
 //! `--metrics`: the whole server's Prometheus exposition, checked by
 //! `promtool` and scraped by a real Prometheus server; counters that do not
-//! go backwards when a worker dies. Prometheus comes from Debian's
-//! `prometheus` package (tests/install-tools).
+//! go backwards when a worker dies; a plugin's models as a `model` label
+//! and its own counters and histograms (ABI 1.6), summed over the workers.
+//! Prometheus comes from Debian's `prometheus` package (tests/install-tools).
 
 use std::net::{SocketAddr, TcpListener};
 use std::process::{Child, Command, Stdio};
@@ -191,18 +192,159 @@ fn counters_do_not_go_backwards_when_a_worker_dies() {
     settled(metrics, "m0serve_requests_total{code=\"2xx\"}", 50.0);
 }
 
+/// The models fixture (`tests/c/models_plugin.c`) serving models a and b
+/// on two workers, with `--metrics`.
+fn serve_models(extra: &[&str]) -> (Server, SocketAddr) {
+    let mut flags = vec!["--workers", "2", "--metrics", "127.0.0.1:0"];
+    flags.extend_from_slice(extra);
+    let s = crate::models::start(&flags, &["a", "b"]);
+    let metrics = s.metrics_addr();
+    (s, metrics)
+}
+
+/// `a` requests of model a, `b` of model b and `none` with no model, over
+/// a few keep-alive connections.
+fn load_models(addr: SocketAddr, a: usize, b: usize, none: usize) {
+    let mut clients: Vec<Client> = (0..4).map(|_| Client::connect(addr)).collect();
+    let targets = std::iter::repeat_n("/work?model=a", a)
+        .chain(std::iter::repeat_n("/work?model=b", b))
+        .chain(std::iter::repeat_n("/work", none));
+    for (i, target) in targets.enumerate() {
+        let r = clients[i % 4].get(target);
+        assert_eq!(r.status, 200, "{target}: {}", r.text());
+    }
+}
+
+/// Each `le` bucket of the histogram series `name` with `labels` (ending
+/// in a comma, or empty), in order: cumulative, ending at `+Inf`, which is
+/// its `_count`.
+fn buckets(text: &str, name: &str, labels: &str) -> Vec<f64> {
+    let prefix = format!("{name}_bucket{{{labels}le=");
+    let found: Vec<f64> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix(&prefix))
+        .map(|rest| rest.rsplit(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert!(!found.is_empty(), "no {prefix} in:\n{text}");
+    assert!(
+        found.windows(2).all(|w| w[0] <= w[1]),
+        "{name}{{{labels}}} buckets are not cumulative: {found:?}"
+    );
+    let braced = format!("{{{}}}", labels.trim_end_matches(','));
+    let braced = if braced == "{}" {
+        String::new()
+    } else {
+        braced
+    };
+    assert_eq!(
+        found.last().copied(),
+        Some(value(text, &format!("{name}_count{braced}"))),
+        "{text}"
+    );
+    found
+}
+
+#[test]
+fn models_label_the_servers_series_and_the_plugins_own_are_summed_over_workers() {
+    prometheus_tool("promtool");
+    let (s, metrics) = serve_models(&[]);
+    load_models(s.addr, 30, 12, 5);
+    let requests = "models_plugin_requests_total";
+    settled(metrics, &format!("{requests}{{model=\"a\"}}"), 30.0);
+    settled(metrics, &format!("{requests}{{model=\"b\"}}"), 12.0);
+    settled(metrics, "m0serve_batched_requests_total{model=\"a\"}", 30.0);
+    settled(metrics, "m0serve_batched_requests_total{model=\"b\"}", 12.0);
+    let text = settled(metrics, "m0serve_batched_requests_total", 5.0);
+    promtool_check(&text);
+    // The server's own series: a request with a model counts under its
+    // label only, so each family sums to every request once.
+    assert_eq!(
+        value(&text, "m0serve_requests_total{code=\"2xx\",model=\"a\"}"),
+        30.0
+    );
+    assert_eq!(
+        value(&text, "m0serve_requests_total{code=\"2xx\",model=\"b\"}"),
+        12.0
+    );
+    assert_eq!(value(&text, "m0serve_requests_total{code=\"2xx\"}"), 5.0);
+    assert_eq!(
+        value(&text, "m0serve_request_duration_seconds_count{model=\"a\"}"),
+        30.0
+    );
+    buckets(&text, "m0serve_request_duration_seconds", "model=\"b\",");
+    assert_eq!(value(&text, "m0serve_batch_size_sum{model=\"a\"}"), 30.0);
+    buckets(&text, "m0serve_batch_size", "model=\"a\",");
+    value(&text, "m0serve_queue_wait_seconds_total{model=\"a\"}");
+    // The plugin's histogram: one observation per call, of its size, in
+    // cumulative buckets over the bounds it defined (1, 2, 4).
+    assert!(
+        text.contains("# TYPE models_plugin_batch_size histogram")
+            && text.contains("# HELP models_plugin_batch_size Requests per call, by model."),
+        "{text}"
+    );
+    let a = buckets(&text, "models_plugin_batch_size", "model=\"a\",");
+    assert_eq!(a.len(), 4, "{a:?}");
+    assert_eq!(
+        value(&text, "models_plugin_batch_size_sum{model=\"a\"}"),
+        30.0
+    );
+    assert_eq!(
+        a[3],
+        value(&text, "m0serve_batch_size_count{model=\"a\"}"),
+        "one observation per call"
+    );
+    assert_eq!(value(&text, &format!("{requests}{{model=\"-\"}}")), 5.0);
+
+    // A worker killed: nothing it counted goes, and its replacement adds
+    // to the same series.
+    let victim = s.worker_pids()[0];
+    // SAFETY: killing a worker of a server this test started.
+    unsafe { libc::kill(victim, libc::SIGKILL) };
+    assert_eq!(
+        s.wait_for_log_count("started", 3, Duration::from_secs(20)),
+        3,
+        "{}",
+        s.log()
+    );
+    let text = scrape(metrics);
+    assert_eq!(value(&text, &format!("{requests}{{model=\"a\"}}")), 30.0);
+    assert_eq!(
+        value(&text, "models_plugin_batch_size_sum{model=\"a\"}"),
+        30.0
+    );
+    assert_eq!(
+        value(&text, "m0serve_requests_total{code=\"2xx\",model=\"a\"}"),
+        30.0
+    );
+    assert_eq!(
+        value(&text, "m0serve_batched_requests_total{model=\"a\"}"),
+        30.0
+    );
+    load_models(s.addr, 10, 0, 0);
+    settled(metrics, &format!("{requests}{{model=\"a\"}}"), 40.0);
+    settled(metrics, "models_plugin_batch_size_sum{model=\"a\"}", 40.0);
+    let text = settled(
+        metrics,
+        "m0serve_requests_total{code=\"2xx\",model=\"a\"}",
+        40.0,
+    );
+    promtool_check(&text);
+}
+
 /// A Prometheus server started here scrapes a two-worker server under a
 /// little load: the target is up and the request counter it stored is the
-/// number of requests sent, exactly.
+/// number of requests sent, exactly; and, from a second server, the
+/// models fixture's own histogram, bucket by bucket.
 #[test]
 fn a_real_prometheus_scrapes_the_server_and_counts_what_was_sent() {
     let (s, metrics) = serve(&[]);
+    let (models, models_metrics) = serve_models(&[]);
     let dir = TestDir::new("prometheus");
     let config = dir.join("prometheus.yml");
     std::fs::write(
         &config,
         format!(
-            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: m0serve\n    static_configs:\n      - targets: ['{metrics}']\n"
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: m0serve\n    static_configs:\n      - targets: ['{metrics}', '{models_metrics}']\n"
         ),
     )
     .unwrap();
@@ -223,8 +365,10 @@ fn a_real_prometheus_scrapes_the_server_and_counts_what_was_sent() {
             std::thread::sleep(Duration::from_millis(250));
         }
     };
-    until("the target up", &mut || {
-        api("/api/v1/targets")["data"]["activeTargets"][0]["health"] == "up"
+    until("both targets up", &mut || {
+        let targets = api("/api/v1/targets");
+        let up = |i: usize| targets["data"]["activeTargets"][i]["health"] == "up";
+        up(0) && up(1)
     });
     let sent = 120;
     let _ = load(s.addr, sent, 0);
@@ -238,7 +382,17 @@ fn a_real_prometheus_scrapes_the_server_and_counts_what_was_sent() {
         );
         got == sent.to_string()
     });
-    drop((prom, s));
+    load_models(models.addr, 20, 0, 0);
+    let query = "/api/v1/query?query=sum(models_plugin_batch_size_sum%7Bmodel%3D%22a%22%7D)";
+    until("the plugin's histogram sum of 20", &mut || {
+        let v = api(query);
+        v["data"]["result"][0]["value"][1].as_str() == Some("20")
+    });
+    // Every bucket the plugin defined, and +Inf, stored as its own series.
+    let query = "/api/v1/query?query=count(models_plugin_batch_size_bucket%7Bmodel%3D%22a%22%7D)";
+    let v = api(query);
+    assert_eq!(v["data"]["result"][0]["value"][1], "4", "{v}");
+    drop((prom, s, models));
 }
 
 /// A Prometheus server this test started, killed (and reaped) when

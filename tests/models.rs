@@ -245,3 +245,23 @@ fn every_arg_reaches_the_plugin_and_names_its_models() {
     let r = crate::support::get(s.addr, "/work?id=2");
     assert_eq!((r.status, field(&r.text(), "model")), (200, "-".into()));
 }
+
+#[test]
+fn the_start_line_names_the_models_and_is_unchanged_without_any() {
+    let s = start(&[], &["bge-small", "bge-reranker"]);
+    assert!(
+        s.wait_for_log(
+            "serving models_plugin 1.0.0 (models bge-small, bge-reranker) with ",
+            WAIT
+        ),
+        "{}",
+        s.log()
+    );
+    let hello = crate::support::hello_c(&[]);
+    assert!(
+        hello.wait_for_log("serving hello_c ", WAIT),
+        "{}",
+        hello.log()
+    );
+    assert!(!hello.log().contains("models"), "{}", hello.log());
+}

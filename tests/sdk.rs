@@ -311,3 +311,52 @@ fn panics_in_thread_stop_and_shutdown_are_logged_and_the_drain_completes() {
         assert!(s.log().contains(line), "{arg}:\n{}", s.log());
     }
 }
+
+#[test]
+fn an_sdk_plugin_names_its_models_sets_them_in_admit_and_records_its_metrics() {
+    let p = plugin("sdk_faults");
+    let mut cmd = command(&[
+        "--plugin",
+        p.to_str().unwrap(),
+        "--metrics",
+        "127.0.0.1:0",
+        "small",
+        "large",
+    ]);
+    cmd.env("M0_FAULTS_MODELS", "1");
+    let s = Server::start_cmd(cmd);
+    assert!(
+        s.wait_for_log("(models small, large)", Duration::from_secs(10)),
+        "{}",
+        s.log()
+    );
+    let mut c = Client::connect(s.addr);
+    for _ in 0..3 {
+        let r = c.get("/model?name=large");
+        // Its own cost is in flight while it is handled; set_model outside
+        // admit is the host's M0_ERR_STATE.
+        assert_eq!(
+            (r.status, r.text()),
+            (200, "model=large in_flight=1 late=-101\n".into())
+        );
+    }
+    assert_eq!(c.get("/model?name=small").status, 200);
+    let metrics = s.metrics_addr();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let wanted = [
+        "sdk_faults_requests_total{model=\"large\"} 3",
+        "sdk_faults_requests_total{model=\"small\"} 1",
+        "m0serve_requests_total{code=\"2xx\",model=\"large\"} 3",
+    ];
+    loop {
+        let text = Client::connect(metrics).get("/metrics").text();
+        if wanted.iter().all(|w| text.lines().any(|l| l == *w)) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{wanted:?} not in:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -479,7 +479,7 @@ pub struct M0Host {
     /// is ignored for a counter); `name` a Prometheus metric name
     /// (`[a-zA-Z_:][a-zA-Z0-9_:]*`, at most `M0_METRIC_NAME_MAX` bytes, not
     /// beginning `m0serve_`); `help` its one-line description (no line
-    /// breaks). Returns the metric's id (>= 0; the same name with the same
+    /// breaks, at most 512 bytes). Returns the metric's id (>= 0; the same name with the same
     /// definition gives the same id; at most `M0_METRICS_MAX`), or
     /// `M0_ERR_INVALID`. Call it at init. Present only when `size` covers
     /// it (`HOST_METRIC_DEFINE_END`).
@@ -494,10 +494,12 @@ pub struct M0Host {
     ) -> i32,
     /// 1.6: Record `value` on metric `metric`: a counter adds it (>= 0),
     /// a histogram observes it. `labels` are (name, value) pairs, at most
-    /// `M0_METRIC_LABELS_MAX`, names `[a-zA-Z_][a-zA-Z0-9_]*`; each
-    /// distinct set of labels is a series of its own. A worker holds a
-    /// fixed number of series: past it, `M0_ERR_UNAVAILABLE` (and one
-    /// warning in the log). Callable from any thread without blocking;
+    /// `M0_METRIC_LABELS_MAX`, names `[a-zA-Z_][a-zA-Z0-9_]*` (not `le`,
+    /// each once), values at most 128 bytes of UTF-8, the metric's name
+    /// and its labels at most 256 bytes together; each distinct set of
+    /// labels is a series of its own. A worker holds 256 series, all its
+    /// metrics together: past them, `M0_ERR_UNAVAILABLE` (and one warning
+    /// in the log). Callable from any thread without blocking;
     /// returns `M0_OK`, or `M0_ERR_INVALID` for an unknown metric, a
     /// malformed label or a value a counter cannot add. Present only when
     /// `size` covers it (`HOST_METRIC_RECORD_END`).

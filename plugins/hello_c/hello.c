@@ -11,6 +11,10 @@
  *   GET  /pid           the worker's process id (which worker served you)
  *   GET  /crash         kills its own process (for the supervisor's tests)
  *
+ * It serves one thing, so it uses none of ABI 1.6's calls for several models
+ * (model_register, request_model, model_in_flight) or for metrics of its own
+ * (metric_define, metric_record): tests/c/models_plugin.c shows each.
+ *
  * Build: cc -std=c11 -Wall -Wextra -Werror -fPIC -shared -fvisibility=hidden
  *        -Iinclude plugins/hello_c/hello.c -o libhello_c.so
  */

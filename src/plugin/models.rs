@@ -18,6 +18,15 @@ pub const NO_MODEL: u32 = u32::MAX;
 
 const MAX: usize = abi::M0_MODELS_MAX;
 
+/// What counts a job in per model: one class per model id, and the last
+/// for jobs with no model.
+pub const CLASSES: usize = MAX + 1;
+
+/// The class of a job of `model`.
+pub fn class(model: u32) -> usize {
+    (model as usize).min(CLASSES - 1)
+}
+
 static NAMES: [OnceLock<Box<str>>; MAX] = [const { OnceLock::new() }; MAX];
 /// Held while a name is looked up and set, so one name gets one id.
 static REGISTERING: Mutex<()> = Mutex::new(());
@@ -71,6 +80,11 @@ pub fn names() -> Vec<&'static str> {
         .iter()
         .map_while(|slot| slot.get().map(|n| &**n))
         .collect()
+}
+
+/// How many models are registered.
+pub fn count() -> usize {
+    NAMES.iter().take_while(|slot| slot.get().is_some()).count()
 }
 
 /// Admitted cost of model `id` not yet complete; 0 for an unknown id.

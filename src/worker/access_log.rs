@@ -36,6 +36,9 @@ pub struct Entry<'a> {
     /// Requests in the plugin call that answered this one; 0 when the
     /// plugin was called for this request alone.
     pub batch: u16,
+    /// The request's model (ABI 1.6, `models::NO_MODEL` when it has none):
+    /// the JSON line names it.
+    pub model: u32,
     pub referer: &'a [u8],
     pub user_agent: &'a [u8],
 }
@@ -175,6 +178,10 @@ fn json_line(out: &mut Vec<u8>, e: &Entry<'_>, worker: u32) {
     if e.batch > 0 {
         let _ = write!(out, ",\"batch\":{}", e.batch);
     }
+    if let Some(model) = crate::plugin::models::name(e.model) {
+        out.extend_from_slice(b",\"model\":");
+        json_str(out, model.as_bytes());
+    }
     out.extend_from_slice(b",\"referer\":");
     json_str(out, e.referer);
     out.extend_from_slice(b",\"user_agent\":");
@@ -260,6 +267,7 @@ mod tests {
             body_bytes: 13,
             duration: Duration::from_micros(1500),
             batch: 0,
+            model: crate::plugin::models::NO_MODEL,
             referer: b"",
             user_agent: agent,
         }
@@ -282,6 +290,27 @@ mod tests {
         );
         assert!(text.contains(r#""status":200,"bytes":13,"duration_us":1500,"worker":3"#));
         assert!(!text.contains("batch"));
+        assert!(!text.contains("model"));
+    }
+
+    #[test]
+    fn a_json_line_names_the_requests_model() {
+        let model = crate::plugin::models::register(b"log-model").unwrap();
+        let mut out = Vec::new();
+        json_line(
+            &mut out,
+            &Entry {
+                model,
+                batch: 3,
+                ..entry(b"/v1/embeddings", b"x")
+            },
+            0,
+        );
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.contains(r#","batch":3,"model":"log-model","#),
+            "{text}"
+        );
     }
 
     #[test]

@@ -8,8 +8,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use super::pool::Pool;
+use crate::metrics_page::model_counts::{MODELS, ModelCounts};
 use crate::metrics_page::{BATCH_BOUNDS, Block, DURATION_BOUNDS_US, MetricsPage, PUBLISH_EVERY};
 use crate::plugin::host::LOCK_WAIT_NS;
+use crate::plugin::{models, plugin_metrics};
+
+mod plugin_text;
 
 /// What the worker keeps elsewhere and publishes by difference, so two
 /// workers that share a slot for a while (a SIGHUP's old and new) both add
@@ -29,6 +33,15 @@ struct Published {
     batched_requests: u64,
     batch_waits: u64,
     batch_waits_filled: u64,
+    /// Each model's share (by id).
+    models: [ModelPublished; MODELS],
+}
+
+#[derive(Default, Clone, Copy)]
+struct ModelPublished {
+    queue_wait_ns: u64,
+    batches: [u64; BATCH_BOUNDS.len() + 1],
+    batched_requests: u64,
 }
 
 /// What the event loop knows that the pool does not.
@@ -41,8 +54,12 @@ pub struct LoopCounts {
 }
 
 pub struct WorkerMetrics {
-    page: MetricsPage,
+    /// The worker's for the rest of its life: the plugin's metrics are
+    /// recorded into it from any thread (`plugin_metrics::install`).
+    page: &'static MetricsPage,
     index: usize,
+    /// Models whose names are in the block.
+    models_named: usize,
     next_publish: Instant,
     last: Published,
     /// `m0serve_build_info`'s labels.
@@ -62,13 +79,31 @@ impl WorkerMetrics {
         page.block(index)
             .pid
             .store(u64::from(std::process::id()), Ordering::Relaxed);
-        WorkerMetrics {
+        // Never unmapped: plugin threads may record until the process ends.
+        let page: &'static MetricsPage = Box::leak(Box::new(page));
+        plugin_metrics::install(&page.block(index).plugin);
+        let mut metrics = WorkerMetrics {
             page,
             index,
+            models_named: 0,
             next_publish: Instant::now(),
             last: Published::default(),
             build_labels,
+        };
+        metrics.name_models();
+        metrics
+    }
+
+    /// Writes the names of the models registered since the last time into
+    /// their slots, before any of their requests is counted (models are
+    /// registered at init, before the worker serves).
+    fn name_models(&mut self) {
+        let names = models::names();
+        let block = self.page.block(self.index);
+        for (slot, name) in block.models.iter().zip(&names).skip(self.models_named) {
+            slot.name.store(name.as_bytes());
         }
+        self.models_named = names.len();
     }
 
     /// This worker's block, for what it counts as it answers.
@@ -87,11 +122,15 @@ impl WorkerMetrics {
     /// Copy the pool's statistics and the gauges into the block.
     pub fn publish(&mut self, pool: &Pool, counts: &LoopCounts, now: Instant) {
         self.next_publish = now + PUBLISH_EVERY;
+        if models::count() > self.models_named {
+            self.name_models();
+        }
         let stats = pool.stats();
-        let (_, requests, buckets) = stats.batches.snapshot();
+        let unmodelled = models::CLASSES - 1;
+        let (_, requests, buckets) = stats.batches.snapshot(unmodelled);
         let (batch_waits, batch_waits_filled) = stats.batches.waits();
         let now_values = Published {
-            queue_wait_ns: stats.queue_wait_ns.load(Ordering::Relaxed),
+            queue_wait_ns: stats.queue_wait_by_class[unmodelled].load(Ordering::Relaxed),
             lock_wait_ns: LOCK_WAIT_NS.load(Ordering::Relaxed),
             refused_busy: stats.refused.load(Ordering::Relaxed),
             inline_calls: stats.inline_served.load(Ordering::Relaxed),
@@ -104,6 +143,14 @@ impl WorkerMetrics {
             batched_requests: requests,
             batch_waits,
             batch_waits_filled,
+            models: std::array::from_fn(|m| {
+                let (_, requests, buckets) = stats.batches.snapshot(m);
+                ModelPublished {
+                    queue_wait_ns: stats.queue_wait_by_class[m].load(Ordering::Relaxed),
+                    batches: buckets,
+                    batched_requests: requests,
+                }
+            }),
         };
         let last = std::mem::replace(&mut self.last, now_values);
         let block = self.page.block(self.index);
@@ -136,6 +183,17 @@ impl WorkerMetrics {
             n.batch_waits_filled,
             last.batch_waits_filled,
         );
+        for ((to, n), last) in block.models.iter().zip(&n.models).zip(&last.models) {
+            add(&to.queue_wait_ns, n.queue_wait_ns, last.queue_wait_ns);
+            add(
+                &to.batched_requests,
+                n.batched_requests,
+                last.batched_requests,
+            );
+            for (i, slot) in to.batches.iter().enumerate() {
+                add(slot, n.batches[i], last.batches[i]);
+            }
+        }
         let (queued, _) = pool.load();
         let (threads, _) = pool.size();
         block
@@ -165,10 +223,14 @@ impl WorkerMetrics {
         );
         m.line(&format!("m0serve_build_info{{{}}}", self.build_labels), 1.0);
 
+        let groups = model_groups(page, &blocks);
+        let msum = |group: &[&ModelCounts], f: &dyn Fn(&ModelCounts) -> &AtomicU64| -> u64 {
+            group.iter().map(|c| f(c).load(Ordering::Relaxed)).sum()
+        };
         m.head(
             "m0serve_requests_total",
             "counter",
-            "Responses sent, by status class (the server's own refusals included).",
+            "Responses sent, by status class (the server's own refusals included), and by model for the requests of one.",
         );
         for (i, class) in ["1xx", "2xx", "3xx", "4xx", "5xx"].iter().enumerate() {
             let n = sum(&|b| &b.responses[i]);
@@ -177,33 +239,41 @@ impl WorkerMetrics {
                 n as f64,
             );
         }
+        for (name, group) in &groups {
+            for (i, class) in ["1xx", "2xx", "3xx", "4xx", "5xx"].iter().enumerate() {
+                m.line(
+                    &format!("m0serve_requests_total{{code=\"{class}\",model=\"{name}\"}}"),
+                    msum(group, &|c| &c.responses[i]) as f64,
+                );
+            }
+        }
 
         m.head(
             "m0serve_request_duration_seconds",
             "histogram",
             "Server time per request, from its dispatch to the end of its response.",
         );
-        let mut cumulative = 0;
-        for (i, bound) in DURATION_BOUNDS_US.iter().enumerate() {
-            cumulative += sum(&|b| &b.duration[i]);
-            m.line(
-                &format!(
-                    "m0serve_request_duration_seconds_bucket{{le=\"{}\"}}",
-                    *bound as f64 / 1e6
-                ),
-                cumulative as f64,
-            );
-        }
-        cumulative += sum(&|b| &b.duration[DURATION_BOUNDS_US.len()]);
-        m.line(
-            "m0serve_request_duration_seconds_bucket{le=\"+Inf\"}",
-            cumulative as f64,
-        );
-        m.line(
-            "m0serve_request_duration_seconds_sum",
+        let seconds = || {
+            DURATION_BOUNDS_US
+                .iter()
+                .map(|b| (*b as f64 / 1e6).to_string())
+        };
+        m.histogram(
+            "m0serve_request_duration_seconds",
+            "",
+            seconds(),
+            (0..=DURATION_BOUNDS_US.len()).map(|i| sum(&|b| &b.duration[i])),
             sum(&|b| &b.duration_sum_us) as f64 / 1e6,
         );
-        m.line("m0serve_request_duration_seconds_count", cumulative as f64);
+        for (name, group) in &groups {
+            m.histogram(
+                "m0serve_request_duration_seconds",
+                &format!("model=\"{name}\","),
+                seconds(),
+                (0..=DURATION_BOUNDS_US.len()).map(|i| msum(group, &|c| &c.duration[i])),
+                msum(group, &|c| &c.duration_sum_us) as f64 / 1e6,
+            );
+        }
 
         let counters: [(&str, &str, Field, f64); 14] = [
             (
@@ -294,6 +364,15 @@ impl WorkerMetrics {
         for (name, help, field, scale) in counters {
             m.head(name, "counter", help);
             m.line(name, sum(field) as f64 * scale);
+            let by_model: Option<ModelField> = match name {
+                "m0serve_queue_wait_seconds_total" => Some(&|c| &c.queue_wait_ns),
+                "m0serve_batched_requests_total" => Some(&|c| &c.batched_requests),
+                _ => None,
+            };
+            for (model, group) in groups.iter().filter(|_| by_model.is_some()) {
+                let n = by_model.map_or(0, |f| msum(group, f));
+                m.line(&format!("{name}{{model=\"{model}\"}}"), n as f64 * scale);
+            }
         }
 
         m.head(
@@ -301,21 +380,23 @@ impl WorkerMetrics {
             "histogram",
             "Requests per handle_batch call.",
         );
-        let mut calls = 0;
-        for (i, bound) in BATCH_BOUNDS.iter().enumerate() {
-            calls += sum(&|b| &b.batches[i]);
-            m.line(
-                &format!("m0serve_batch_size_bucket{{le=\"{bound}\"}}"),
-                calls as f64,
-            );
-        }
-        calls += sum(&|b| &b.batches[BATCH_BOUNDS.len()]);
-        m.line("m0serve_batch_size_bucket{le=\"+Inf\"}", calls as f64);
-        m.line(
-            "m0serve_batch_size_sum",
+        let sizes = || BATCH_BOUNDS.iter().map(u64::to_string);
+        m.histogram(
+            "m0serve_batch_size",
+            "",
+            sizes(),
+            (0..=BATCH_BOUNDS.len()).map(|i| sum(&|b| &b.batches[i])),
             sum(&|b| &b.batched_requests) as f64,
         );
-        m.line("m0serve_batch_size_count", calls as f64);
+        for (name, group) in &groups {
+            m.histogram(
+                "m0serve_batch_size",
+                &format!("model=\"{name}\","),
+                sizes(),
+                (0..=BATCH_BOUNDS.len()).map(|i| msum(group, &|c| &c.batches[i])),
+                msum(group, &|c| &c.batched_requests) as f64,
+            );
+        }
 
         let gauges: [(&str, &str, Field); 3] = [
             (
@@ -361,11 +442,45 @@ impl WorkerMetrics {
             "m0serve_worker_deaths_total{cause=\"signal\"}",
             signals as f64,
         );
+
+        let plugin_blocks = std::iter::once(page.retired())
+            .chain(blocks.iter().copied())
+            .map(|b| &b.plugin);
+        plugin_text::render(&mut m, plugin_blocks);
     }
+}
+
+/// Each model's slots, by name, over the retired block and every worker's
+/// (a model's id may differ between workers; its name does not).
+fn model_groups<'p>(
+    page: &'p MetricsPage,
+    blocks: &[&'p Block],
+) -> Vec<(String, Vec<&'p ModelCounts>)> {
+    let mut groups: Vec<(String, Vec<&ModelCounts>)> = Vec::new();
+    let mut name = [0u8; 128];
+    for slot in std::iter::once(page.retired())
+        .chain(blocks.iter().copied())
+        .flat_map(|b| &b.models)
+    {
+        let len = slot.name.load_into(&mut name);
+        if len == 0 {
+            continue;
+        }
+        // Registered names need no escaping (visible ASCII, no quote or
+        // backslash); one from elsewhere is escaped all the same.
+        let name = label_value(&String::from_utf8_lossy(&name[..len]));
+        match groups.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, group)) => group.push(slot),
+            None => groups.push((name, vec![slot])),
+        }
+    }
+    groups
 }
 
 /// One number of a block.
 type Field<'f> = &'f dyn Fn(&Block) -> &AtomicU64;
+/// One number of a model's slot.
+type ModelField<'f> = &'f dyn Fn(&ModelCounts) -> &AtomicU64;
 
 struct Exposition<'a> {
     out: &'a mut Vec<u8>,
@@ -378,6 +493,41 @@ impl Exposition<'_> {
 
     fn line(&mut self, series: &str, value: f64) {
         let _ = writeln!(self.out, "{series} {value}");
+    }
+
+    /// A histogram's series: its buckets cumulative (`counts` one per
+    /// bound, then the one above them all), `+Inf`, `_sum` and `_count`.
+    /// `labels` is empty or ends with a comma.
+    fn histogram(
+        &mut self,
+        name: &str,
+        labels: &str,
+        bounds: impl Iterator<Item = String>,
+        counts: impl Iterator<Item = u64>,
+        sum: f64,
+    ) {
+        let mut cumulative = 0;
+        let mut counts = counts;
+        for bound in bounds {
+            cumulative += counts.next().unwrap_or(0);
+            self.line(
+                &format!("{name}_bucket{{{labels}le=\"{bound}\"}}"),
+                cumulative as f64,
+            );
+        }
+        cumulative += counts.sum::<u64>();
+        self.line(
+            &format!("{name}_bucket{{{labels}le=\"+Inf\"}}"),
+            cumulative as f64,
+        );
+        let labels = labels.trim_end_matches(',');
+        let braced = if labels.is_empty() {
+            String::new()
+        } else {
+            format!("{{{labels}}}")
+        };
+        self.line(&format!("{name}_sum{braced}"), sum);
+        self.line(&format!("{name}_count{braced}"), cumulative as f64);
     }
 }
 

@@ -237,8 +237,15 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
     let on_off = |on: bool| if on { "on" } else { "off" };
     // Info says that the worker serves, and what; why it serves the way it
     // does is tuning detail, for whoever asks for debug.
+    // The models the plugin registered at init (ABI 1.6), when it did.
+    let served = crate::plugin::models::names();
+    let models = if served.is_empty() {
+        String::new()
+    } else {
+        format!(" (models {})", served.join(", "))
+    };
     crate::log::info(format_args!(
-        "pid={}{} serving {} {} with {} handler thread(s)",
+        "pid={}{} serving {} {}{models} with {} handler thread(s)",
         std::process::id(),
         pinned,
         plugin.descriptor.name,

@@ -39,6 +39,7 @@ use crate::plugin::call::{
 };
 use crate::plugin::exchange::{Outcome, Sink};
 use crate::plugin::loader::Calls;
+use crate::plugin::models::{CLASSES, class};
 
 use batching::Sizes;
 use job_queue::JobQueue;
@@ -106,6 +107,8 @@ struct Queue {
 pub struct Stats {
     pub completed: AtomicU64,
     pub queue_wait_ns: AtomicU64,
+    /// `queue_wait_ns` by class of job (`models::class`), for the metrics.
+    pub queue_wait_by_class: [AtomicU64; CLASSES],
     pub service_ns: AtomicU64,
     pub refused: AtomicU64,
     pub thread_start_failures: AtomicU32,
@@ -605,6 +608,10 @@ fn handler_loop(shared: &Arc<Shared>, mut bufs: CallBuffers) {
             .stats
             .queue_wait_ns
             .fetch_add(waited, Ordering::Relaxed);
+        if let Some(job) = jobs.first() {
+            // Every job of a call is of one model (`job_queue.rs`).
+            shared.stats.queue_wait_by_class[class(job.model)].fetch_add(waited, Ordering::Relaxed);
+        }
         serve_counted(shared, &jobs, &mut bufs, &mut outcomes);
         let (size, took) = (jobs.len(), started.elapsed());
         if unannounced == 0 {
@@ -834,7 +841,8 @@ fn serve_counted(shared: &Shared, jobs: &[Job], bufs: &mut CallBuffers, out: &mu
         (None, [job]) => out.push(call::serve(&shared.callee, job, bufs, sink)),
         _ => {
             call::serve_batch(&shared.callee, jobs, bufs, shared.write_timeout, out);
-            shared.stats.batches.record(jobs.len());
+            // A batch holds one model's jobs (`job_queue.rs`).
+            shared.stats.batches.record(jobs[0].model, jobs.len());
         }
     }
     let stats = &shared.stats;

@@ -97,6 +97,7 @@ impl EventLoop {
                 },
                 duration: Duration::ZERO,
                 batch: 0,
+                model: crate::plugin::models::NO_MODEL,
                 referer: b"",
                 user_agent: b"",
             },
@@ -117,7 +118,7 @@ pub(super) fn note(
 ) {
     if let Some(m) = metrics {
         m.block()
-            .count_response(entry.status, entry.duration, entry.body_bytes);
+            .count_response(entry.model, entry.status, entry.duration, entry.body_bytes);
     }
     if let Some(log) = log {
         log.record(entry, now);

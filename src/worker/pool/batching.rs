@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::plugin::Descriptor;
+use crate::plugin::models::{CLASSES, class};
 
 /// How many requests and body bytes one call may hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,35 +161,46 @@ const BUCKETS: [(usize, &str); 7] = [
     (usize::MAX, "64+"),
 ];
 
-/// Batch calls made and their sizes, and the short calls that waited for
-/// more (`gather`).
+/// Calls of one class (a model, or no model) and their sizes.
 #[derive(Default)]
-pub struct Sizes {
+struct ClassSizes {
     calls: AtomicU64,
     requests: AtomicU64,
     buckets: [AtomicU64; BUCKETS.len()],
+}
+
+/// Batch calls made and their sizes, per model (each call holds one
+/// model's requests), and the short calls that waited for more
+/// (`gather`).
+#[derive(Default)]
+pub struct Sizes {
+    classes: [ClassSizes; CLASSES],
     waits: AtomicU64,
     waits_filled: AtomicU64,
 }
 
 impl Sizes {
-    /// Calls, requests, and calls per bucket (1, 2-3, ... 64+).
-    pub fn snapshot(&self) -> (u64, u64, [u64; BUCKETS.len()]) {
+    /// Calls, requests, and calls per bucket (1, 2-3, ... 64+) of the jobs
+    /// of `class` (`models::class`).
+    pub fn snapshot(&self, class: usize) -> (u64, u64, [u64; BUCKETS.len()]) {
+        let c = &self.classes[class];
         (
-            self.calls.load(Ordering::Relaxed),
-            self.requests.load(Ordering::Relaxed),
-            std::array::from_fn(|i| self.buckets[i].load(Ordering::Relaxed)),
+            c.calls.load(Ordering::Relaxed),
+            c.requests.load(Ordering::Relaxed),
+            std::array::from_fn(|i| c.buckets[i].load(Ordering::Relaxed)),
         )
     }
 
-    pub fn record(&self, size: usize) {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        self.requests.fetch_add(size as u64, Ordering::Relaxed);
+    /// A call of `size` requests of `model`.
+    pub fn record(&self, model: u32, size: usize) {
+        let c = &self.classes[class(model)];
+        c.calls.fetch_add(1, Ordering::Relaxed);
+        c.requests.fetch_add(size as u64, Ordering::Relaxed);
         let bucket = BUCKETS
             .iter()
             .position(|&(upper, _)| size <= upper)
             .unwrap_or(BUCKETS.len() - 1);
-        self.buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        c.buckets[bucket].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Short calls that waited for more requests, and those the queue
@@ -211,16 +223,23 @@ impl Sizes {
 
     /// "batching: 12 call(s) for 65 request(s), mean 5.42 per call; sizes
     /// 1:2 2-3:1 ...; 3 short call(s) waited for more, 2 filled", for the
-    /// closing line.
+    /// closing line: every model's calls together.
     pub fn summary(&self) -> String {
-        let calls = self.calls.load(Ordering::Relaxed);
-        let requests = self.requests.load(Ordering::Relaxed);
+        let (mut calls, mut requests, mut buckets) = (0, 0, [0u64; BUCKETS.len()]);
+        for class in 0..CLASSES {
+            let (c, r, b) = self.snapshot(class);
+            calls += c;
+            requests += r;
+            for (to, n) in buckets.iter_mut().zip(b) {
+                *to += n;
+            }
+        }
         let mut line = format!(
             "batching: {calls} call(s) for {requests} request(s), mean {:.2} per call; sizes",
             requests as f64 / calls.max(1) as f64
         );
-        for ((_, name), count) in BUCKETS.iter().zip(&self.buckets) {
-            line.push_str(&format!(" {name}:{}", count.load(Ordering::Relaxed)));
+        for ((_, name), count) in BUCKETS.iter().zip(buckets) {
+            line.push_str(&format!(" {name}:{count}"));
         }
         let (waits, filled) = self.waits();
         line.push_str(&format!(
@@ -317,8 +336,9 @@ mod tests {
     fn sizes_fall_into_their_buckets() {
         let sizes = Sizes::default();
         for n in [1, 2, 3, 4, 8, 31, 32, 64, 1000] {
-            sizes.record(n);
+            sizes.record(if n == 8 { 0 } else { u32::MAX }, n);
         }
+        assert_eq!(sizes.snapshot(0).0, 1, "model 0's call is its own");
         for filled in [true, false, true] {
             sizes.record_wait(filled);
         }

@@ -15,13 +15,9 @@
 
 use std::collections::VecDeque;
 
-use m0serve_abi::M0_MODELS_MAX;
-
 use super::batching::Limits;
 use crate::plugin::call::Job;
-
-/// Classes: one per model id, and the last for jobs with no model.
-const CLASSES: usize = M0_MODELS_MAX + 1;
+use crate::plugin::models::{CLASSES, class};
 
 /// What the queue needs to know of a job.
 pub trait Queued {
@@ -38,10 +34,6 @@ impl Queued for Job {
     fn bytes(&self) -> usize {
         self.body_len()
     }
-}
-
-fn class(model: u32) -> usize {
-    (model as usize).min(CLASSES - 1)
 }
 
 pub struct JobQueue<T> {

@@ -31,6 +31,16 @@
 //!                          panics; the host answers it and those after
 //!
 //! Any other request in a batch goes to `handle`.
+//!
+//! With the variable `M0_FAULTS_MODELS` set it serves several models (ABI
+//! 1.6) instead: each ARG names one (`Host::register_model`), it admits
+//! every request, setting the model its query names (`/model?name=NAME`,
+//! cost 1), defines the counter `sdk_faults_requests_total`, and answers
+//!
+//!   /model?name=NAME       "model=NAME in_flight=N late=E": the model's cost
+//!                          in flight (its own), and the error `set_model`
+//!                          gives outside `admit`; it counts the request
+//!                          under `{model="NAME"}`
 
 #![deny(unsafe_code)]
 
@@ -39,8 +49,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use m0serve_plugin::{
-    Batch, Description, Error, Header, Host, InitArgs, InitError, Length, Plugin, Request,
-    Response, Sent,
+    Admit, Batch, Description, Error, Header, Host, InitArgs, InitError, Length, Metric, ModelId,
+    Plugin, Request, Response, Sent,
 };
 
 struct Faults {
@@ -52,10 +62,17 @@ struct Faults {
     /// Calls so far.
     calls: AtomicU64,
     host: &'static Host,
+    /// `M0_FAULTS_MODELS`: the models each ARG named, and the counter.
+    models: Vec<(String, ModelId)>,
+    requests: Option<Metric>,
 }
 
 fn batching() -> bool {
     std::env::var_os("M0_FAULTS_BATCH").is_some()
+}
+
+fn serving_models() -> bool {
+    std::env::var_os("M0_FAULTS_MODELS").is_some()
 }
 
 impl Faults {
@@ -72,6 +89,28 @@ impl Faults {
         while !gate.exists() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(1));
         }
+    }
+
+    /// The model `/model?name=NAME` names.
+    fn model_of(&self, req: &Request<'_>) -> Option<&(String, ModelId)> {
+        let name = req.query_param("name")?;
+        self.models.iter().find(|(n, _)| n.as_bytes() == name)
+    }
+
+    /// A `/model` answer.
+    fn model(&self, req: &Request<'_>, resp: Response<'_>) -> Result<Sent, Error> {
+        let Some((name, id)) = self.model_of(req) else {
+            return Err(Error::NOT_FOUND);
+        };
+        let late = req.set_model(*id).err().map_or(0, Error::code);
+        if let Some(metric) = self.requests {
+            self.host.record(metric, &[("model", name)], 1.0);
+        }
+        let in_flight = self.host.model_in_flight(*id);
+        resp.text(
+            200,
+            &format!("model={name} in_flight={in_flight} late={late}\n"),
+        )
     }
 
     /// A `/member` or `/gate` answer.
@@ -92,7 +131,9 @@ impl Plugin for Faults {
     const DESCRIPTION: Description = Description::new(c"sdk_faults", c"0.0.0");
 
     fn describe() -> Description {
-        if batching() {
+        if serving_models() {
+            Self::DESCRIPTION.admits().several_args()
+        } else if batching() {
             Self::DESCRIPTION.batch(8)
         } else {
             Self::DESCRIPTION
@@ -108,13 +149,46 @@ impl Plugin for Faults {
             "fail-init" => Err(InitError::failed(
                 "sdk_faults: ARG fail-init fails to start",
             )),
+            _ if serving_models() => {
+                let mut models = Vec::new();
+                for name in &args.args {
+                    let id = host.register_model(name).map_err(|e| {
+                        InitError::refused(format!("sdk_faults: model {name:?}: {e:?}"))
+                    })?;
+                    models.push((name.clone(), id));
+                }
+                let requests = host
+                    .define_counter("sdk_faults_requests_total", "Requests by model.")
+                    .ok();
+                Ok(Faults {
+                    fault: String::new(),
+                    batch: false,
+                    gate: None,
+                    calls: AtomicU64::new(0),
+                    host,
+                    models,
+                    requests,
+                })
+            }
             _ => Ok(Faults {
                 fault: args.arg.clone(),
                 batch: batching(),
                 gate: std::env::var_os("M0_FAULTS_GATE").map(PathBuf::from),
                 calls: AtomicU64::new(0),
                 host,
+                models: Vec::new(),
+                requests: None,
             }),
+        }
+    }
+
+    fn admit(&self, req: &Request<'_>, _resp: Response<'_>, _in_flight: u64) -> Admit {
+        match self.model_of(req) {
+            Some((_, id)) => match req.set_model(*id) {
+                Ok(()) => Admit::Cost(1),
+                Err(e) => Admit::Answered(Err(e)),
+            },
+            None => Admit::Cost(0),
         }
     }
 
@@ -175,6 +249,7 @@ impl Plugin for Faults {
         }
         match req.path() {
             b"/" => resp.text(200, "ok\n"),
+            b"/model" if !self.models.is_empty() => self.model(req, resp),
             b"/panic" => panic!("boom before the head"),
             b"/panic-after-head" => {
                 let mut body = resp.start(200, &[], Length::Exact(10))?;
