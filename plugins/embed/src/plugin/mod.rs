@@ -1,4 +1,7 @@
-//! The plugin: a forward pass behind TEI's and OpenAI's routes, on the SDK.
+//! The plugin on the SDK: its models (`served.rs`, one per model ARG),
+//! each request routed to one ([`crate::models`]) and admitted against
+//! that model's budget, then answered there (`jobs.rs`, `forward.rs`,
+//! `tokens.rs`), TEI's metrics recorded per model (`metrics.rs`).
 
 use m0serve_plugin::{
     Admit, Batch, Description, Error, Header, Host, InitArgs, InitError, Plugin, Request, Response,
@@ -153,7 +156,7 @@ impl<B: Backend> Plugin for Embed<B> {
         });
         let choice = match choice {
             Ok(c) => c,
-            // Answered by the handler, at no cost.
+            // No such model: the handler answers why, at no cost.
             Err(_) => return Admit::Cost(0),
         };
         match choice.route {
