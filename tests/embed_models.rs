@@ -237,6 +237,13 @@ fn an_unknown_model_or_one_of_the_wrong_kind_is_answered_in_each_apis_shape() {
     );
     assert_eq!(status, 424, "{v}");
     assert_eq!(v["error_type"], "Backend", "{v}");
+    // It names the model and where the route is answered.
+    let message = v["error"].as_str().unwrap();
+    assert!(
+        message.contains("`mini` is an embedding model"),
+        "{message}"
+    );
+    assert!(message.contains("/models/rr/..."), "{message}");
     let (status, v, _) = post(&mut c, "/models/rr/embed", &json!({"inputs": "a"}));
     assert_eq!(status, 424, "{v}");
     // The worker is still there.

@@ -175,6 +175,19 @@ impl Catalog {
         })
     }
 
+    /// The served models that answer `route` (a path's own route), by
+    /// name, in order.
+    pub fn answering(&self, route: Route) -> Vec<&str> {
+        let Some(entry) = api::ROUTES.iter().find(|e| e.route == route) else {
+            return Vec::new();
+        };
+        self.models
+            .iter()
+            .filter(|(_, k)| entry.serves.contains(k))
+            .map(|(n, _)| n.as_str())
+            .collect()
+    }
+
     /// `/models/{name}/rest`: the model and `rest` (`/` for the name's
     /// path itself, where huggingface_hub posts); `None` for another path.
     fn prefixed<'t>(&self, target: &'t [u8]) -> Result<Option<(usize, &'t [u8])>, ApiError> {
@@ -356,6 +369,9 @@ mod tests {
         assert_eq!(pick(&c, b"GET", b"/info", None), (0, Route::Info));
         assert_eq!(pick(&c, b"GET", b"/v1/models", None), (0, Route::Models));
         assert_eq!(pick(&c, b"GET", b"/nope", None), (0, Route::NotFound));
+        assert_eq!(c.answering(Route::Rerank), ["rr"]);
+        assert_eq!(c.answering(Route::Embed), ["mini", "org/mini2"]);
+        assert!(c.answering(Route::EmbedSparse).is_empty());
         // No model answers it: the first, whose kind answers 424.
         assert!(matches!(
             pick(&c, b"POST", b"/embed_sparse", None),

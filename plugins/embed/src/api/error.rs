@@ -353,6 +353,41 @@ impl ApiError {
         ApiError::new(424, flavor, kind, message).with_code("wrong_model_type")
     }
 
+    /// [`ApiError::wrong_model`] on a server of several models: names the
+    /// model the request reached (`name`) and the served models that
+    /// answer the route (`answering`), by their `/models/NAME/` paths.
+    pub fn wrong_served_model(
+        flavor: Flavor,
+        needs: &str,
+        name: &str,
+        kind: &str,
+        serves: &str,
+        answering: &[&str],
+    ) -> Self {
+        let fix = match answering {
+            [] => format!("this server serves no {needs} model"),
+            names => format!(
+                "send it to {needs} model's path: {}",
+                names
+                    .iter()
+                    .map(|n| format!("/models/{n}/..."))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        let mut e = ApiError::wrong_model(flavor, needs, kind, serves);
+        e.message = format!(
+            "model is not {needs} model: the model `{name}` is a{} {kind} model, which answers \
+             {serves}; {fix}",
+            if kind.starts_with(['a', 'e', 'i', 'o', 'u']) {
+                "n"
+            } else {
+                ""
+            }
+        );
+        e
+    }
+
     /// No served model goes by `name`: 404 in the route's shape (OpenAI's
     /// `model_not_found`), listing the served names.
     pub fn unknown_model(flavor: Flavor, name: &str, served: &[&str]) -> Self {

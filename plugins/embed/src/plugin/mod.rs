@@ -276,6 +276,19 @@ impl<B: Backend> Embed<B> {
             Route::Info if !choice.prefixed => {
                 (0, Begun::Answered(resp.send(200, &[JSON], &self.info)))
             }
+            // Which of this server's models would answer, by name.
+            Route::WrongModel { needs } if self.models.len() > 1 => {
+                let m = &self.models[choice.model];
+                let e = ApiError::wrong_served_model(
+                    choice.path_route.flavor(),
+                    needs,
+                    &m.served_name,
+                    m.kind.name(),
+                    &api::served_by(m.kind),
+                    &self.catalog.answering(choice.path_route),
+                );
+                (choice.model, Begun::Answered(fail(resp, &e)))
+            }
             _ => (
                 choice.model,
                 self.models[choice.model].begin(req, resp, choice, body),
