@@ -288,6 +288,11 @@ fn a_folder_that_fails_to_load_or_a_name_given_twice_refuses_the_start_with_78()
     let (code, log) = run_to_exit(&models, &[], false);
     assert_eq!(code, Some(78), "{log}");
     assert!(log.contains("two models are served as `model`"), "{log}");
+    // More models than one server serves, refused before any loads.
+    let models: Vec<String> = (0..17).map(|i| format!("m{i}={}", m.display())).collect();
+    let (code, log) = run_to_exit(&models, &[], false);
+    assert_eq!(code, Some(78), "{log}");
+    assert!(log.contains("17 models given"), "{log}");
     // The one-model setting with several models.
     let models = [format!("a={}", m.display()), format!("b={}", m.display())];
     let (code, log) = run_to_exit(&models, &[("M0_EMBED_SERVED_MODEL_NAME", "x")], false);

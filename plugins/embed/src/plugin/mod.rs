@@ -71,6 +71,15 @@ impl<B: Backend> Plugin for Embed<B> {
             .map(|a| ModelArg::parse(a))
             .collect();
         let several = specs.len() > 1;
+        if specs.len() > m0serve_abi::M0_MODELS_MAX {
+            return Err(InitError::refused(format!(
+                "{}: {} models given, and one server serves at most {}; serve the others \
+                 from another m0serve",
+                B::DESCRIPTION.name(),
+                specs.len(),
+                m0serve_abi::M0_MODELS_MAX
+            )));
+        }
         if several && settings.served_model_name.is_some() {
             return Err(InitError::refused(format!(
                 "{}: {} names one model, and this server serves {}; name each model on the \
