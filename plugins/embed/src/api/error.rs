@@ -340,11 +340,7 @@ impl ApiError {
         let message = format!(
             "model is not {needs} model: this server's model is a{} {kind} model, which \
              answers {serves}; send this request to a server of {needs} model",
-            if kind.starts_with(['a', 'e', 'i', 'o', 'u']) {
-                "n"
-            } else {
-                ""
-            }
+            an(kind)
         );
         let kind = match flavor {
             Flavor::Tei => BACKEND,
@@ -379,11 +375,7 @@ impl ApiError {
         e.message = format!(
             "model is not {needs} model: the model `{name}` is a{} {kind} model, which answers \
              {serves}; {fix}",
-            if kind.starts_with(['a', 'e', 'i', 'o', 'u']) {
-                "n"
-            } else {
-                ""
-            }
+            an(kind)
         );
         e
     }
@@ -417,11 +409,7 @@ impl ApiError {
     ) -> Self {
         let message = format!(
             "the model `{name}` is a{} {kind} model, and this route needs {needs} model; {}",
-            if kind.starts_with(['a', 'e', 'i', 'o', 'u']) {
-                "n"
-            } else {
-                ""
-            },
+            an(kind),
             if answering.is_empty() {
                 "this server serves none".to_string()
             } else {
@@ -574,6 +562,15 @@ impl std::fmt::Display for ApiError {
 }
 
 impl std::error::Error for ApiError {}
+
+/// The `n` of "an" before `word` ("an embedding", "a reranker").
+fn an(word: &str) -> &'static str {
+    if word.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        "n"
+    } else {
+        ""
+    }
+}
 
 fn write_opt(v: Option<&str>, out: &mut Vec<u8>) {
     match v {
