@@ -167,6 +167,19 @@ fn each_model_answers_with_its_own_reference_through_its_client_all_at_once() {
         assert_eq!(models[2]["max_input_length"], 512, "{info}");
         let info: Value = serde_json::from_slice(&c.get("/models/rr/info").body).unwrap();
         assert_eq!(info["task"], "reranker", "{info}");
+        // The document lists every kind's routes; each model's, its own.
+        let paths = |path: &str, c: &mut Client| -> Vec<String> {
+            let d: Value = serde_json::from_slice(&c.get(path).body).unwrap();
+            d["paths"].as_object().unwrap().keys().cloned().collect()
+        };
+        let all = paths("/openapi.json", &mut c);
+        assert!(
+            all.contains(&"/embed".into()) && all.contains(&"/rerank".into()),
+            "{all:?}"
+        );
+        let rr_paths = paths("/models/rr/openapi.json", &mut c);
+        assert!(rr_paths.contains(&"/rerank".into()), "{rr_paths:?}");
+        assert!(!rr_paths.contains(&"/embed".into()), "{rr_paths:?}");
         // TEI's routes without a prefix go to the first model of their
         // kind: /rerank to rr, /embed to mini.
         let (q, docs, logits) = &groups[0];

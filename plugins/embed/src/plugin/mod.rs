@@ -41,6 +41,9 @@ pub struct Embed<B: Backend = Model> {
     info: Vec<u8>,
     /// `GET /v1/models`'s body.
     list: Vec<u8>,
+    /// `GET /openapi.json`'s body without a prefix when the models are of
+    /// several kinds: every route (each model's own is under its path).
+    openapi: Option<Vec<u8>>,
     /// Largest body read ([`settings::ENV_PAYLOAD_LIMIT`]).
     payload_limit: usize,
 }
@@ -133,12 +136,20 @@ impl<B: Backend> Plugin for Embed<B> {
             m.write_summary(&mut info);
         }
         info.extend_from_slice(b"]}");
+        let openapi = match models.iter().all(|m| m.kind == models[0].kind) {
+            true => None,
+            false => Some(
+                api::openapi_document(&models[0].limits, VERSION, None)
+                    .map_err(InitError::refused)?,
+            ),
+        };
         Ok(Embed {
             host,
             models,
             catalog,
             info,
             list,
+            openapi,
             payload_limit: settings.payload_limit,
         })
     }
@@ -284,6 +295,10 @@ impl<B: Backend> Embed<B> {
             Route::Models => (0, Begun::Answered(resp.send(200, &[JSON], &self.list))),
             Route::Info if !choice.prefixed => {
                 (0, Begun::Answered(resp.send(200, &[JSON], &self.info)))
+            }
+            Route::OpenApi if !choice.prefixed && self.openapi.is_some() => {
+                let doc = self.openapi.as_deref().unwrap_or_default();
+                (0, Begun::Answered(resp.send(200, &[JSON], doc)))
             }
             // Which of this server's models would answer, by name.
             Route::WrongModel { needs } if self.models.len() > 1 => {
