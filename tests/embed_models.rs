@@ -418,7 +418,22 @@ fn series(text: &str, series: &str, labels: &[&str]) -> f64 {
 fn teis_series_are_on_the_metrics_page_per_model() {
     let rr = TestDir::new("embed_models_metrics");
     assemble(&rr);
-    let s = serve(&rr, &["--workers", "2", "--metrics", "127.0.0.1:0"], &[]);
+    let logs = TestDir::new("embed_models_access_log");
+    let access = logs.join("access.jsonl");
+    let mut s = serve(
+        &rr,
+        &[
+            "--workers",
+            "2",
+            "--metrics",
+            "127.0.0.1:0",
+            "--access-log",
+            access.to_str().unwrap(),
+            "--access-log-format",
+            "json",
+        ],
+        &[],
+    );
     let r = reference();
     let ids: Vec<usize> = (0..r.sentences.len())
         .filter(|&i| !r.sentences[i].is_empty() && r.tokens[i] < r.max_len)
@@ -498,5 +513,26 @@ fn teis_series_are_on_the_metrics_page_per_model() {
         text.lines()
             .any(|l| l.starts_with("m0serve_") && l.contains(rr)),
         "{text}"
+    );
+    // And the access log's JSON lines.
+    s.stop_and_log();
+    let lines: Vec<Value> = std::fs::read_to_string(&access)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut seen: Vec<(&str, Option<&str>)> = lines
+        .iter()
+        .map(|l| (l["target"].as_str().unwrap(), l["model"].as_str()))
+        .collect();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(
+        seen,
+        [
+            ("/models/mini/embed", Some("mini")),
+            ("/rerank", Some("rr"))
+        ],
+        "{lines:?}"
     );
 }
