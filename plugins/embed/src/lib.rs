@@ -21,6 +21,7 @@
 pub mod api;
 pub mod backend;
 pub mod model;
+pub mod native_backend;
 mod plugin;
 pub mod settings;
 

@@ -105,6 +105,7 @@ mod layers;
 mod mmap;
 mod pooling;
 mod registry;
+mod static_folder;
 mod strided;
 mod task;
 mod tensors;
@@ -117,6 +118,7 @@ pub use cache::{FILE_NAME as CACHE_FILE_NAME, VERSION as CACHE_VERSION, checksum
 pub use config::Pooling;
 pub use error::ModelError;
 pub use registry::SUPPORTED as SUPPORTED_MODEL_TYPES;
+pub use static_folder::static_module;
 pub use task::Task;
 pub use tokenize::{Encoded, Side, TokenSpan, TokenizeError, Tokenizer, TooLong};
 
@@ -324,6 +326,9 @@ pub fn describe_folder(
     dir: &Path,
     name: Option<String>,
 ) -> Result<(ModelInfo, Tokenizer), ModelError> {
+    if let Some(module) = static_folder::static_module(dir) {
+        return static_folder::describe(dir, &module, name);
+    }
     let folder = Folder::open(dir)?;
     folder.check_pooling_dim()?;
     let info = folder.info(dir, name, 0, 1);
@@ -346,6 +351,14 @@ impl Model {
     /// with config.json (names with or without the architecture's prefix,
     /// `bert.` say, are both read), a damaged file.
     pub fn load(dir: &Path, opts: LoadOptions) -> Result<Model, ModelError> {
+        if static_folder::static_module(dir).is_some() {
+            return Err(ModelError::new(
+                &dir.join("modules.json"),
+                "starts with a StaticEmbedding: a table, not an encoder this forward pass serves",
+                "serve it with a static-embedding backend: M0_EMBED_BACKEND=/path/to/\
+                 libstatic_embedding.so (built from backends/c/static_embedding.c)",
+            ));
+        }
         let folder = Folder::open(dir)?;
         let isa = kernels::Isa::detect();
         let mut tensors = folder.arch.tensors();
