@@ -24,6 +24,7 @@ mod embed_admission;
 mod embed_api;
 mod embed_families;
 mod embed_memory;
+mod embed_native_backend;
 mod embed_reranker;
 mod embed_tasks;
 mod embed_tei_surface;

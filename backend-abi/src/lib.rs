@@ -210,8 +210,8 @@ pub const fn covers(size: u32, end: usize) -> bool {
 
 /// The smallest table accepted: the end of `unload` (48 bytes on 64-bit
 /// targets).
-pub const MIN_BACKEND_SIZE: u32 = (core::mem::offset_of!(M0EmbedBackend, unload)
-    + size_of::<Option<M0EmbedUnloadFn>>()) as u32;
+pub const MIN_BACKEND_SIZE: u32 =
+    (core::mem::offset_of!(M0EmbedBackend, unload) + size_of::<Option<M0EmbedUnloadFn>>()) as u32;
 /// The smallest `M0EmbedInfo` accepted: the end of `name` (32 bytes on
 /// 64-bit targets).
 pub const MIN_INFO_SIZE: u32 =

@@ -76,7 +76,13 @@ impl Call {
 
     /// The header's view of this call, valid while `self` is.
     pub fn batch(&self) -> M0EmbedBatch {
-        let or_null = |v: &[u32]| if v.is_empty() { std::ptr::null() } else { v.as_ptr() };
+        let or_null = |v: &[u32]| {
+            if v.is_empty() {
+                std::ptr::null()
+            } else {
+                v.as_ptr()
+            }
+        };
         M0EmbedBatch {
             size: size_of::<M0EmbedBatch>() as u32,
             rows: self.rows,

@@ -84,7 +84,9 @@ fn new_error() -> Box<M0EmbedError> {
 /// What the backend wrote into `e`, or a stand-in when it wrote nothing.
 fn message_of(e: &M0EmbedError, code: i32) -> String {
     let len = (e.message_len as usize).min(M0_EMBED_ERROR_MESSAGE_LEN);
-    let text = String::from_utf8_lossy(&e.message[..len]).trim().to_string();
+    let text = String::from_utf8_lossy(&e.message[..len])
+        .trim()
+        .to_string();
     if text.is_empty() {
         format!("error {code}, with no message")
     } else {
@@ -157,7 +159,10 @@ impl Backend for NativeBackend {
                 described.threads
             ));
         }
-        let abi = format!("{}.{}", backend.library.table.abi_major, backend.library.table.abi_minor);
+        let abi = format!(
+            "{}.{}",
+            backend.library.table.abi_major, backend.library.table.abi_minor
+        );
         host.info(&format!(
             "embed: backend {} ({}, ABI {abi}, dim {}, {} inputs, {} process-wide lock, {} \
              thread(s)), calls of up to {} inputs and {} tokens",
@@ -165,7 +170,11 @@ impl Backend for NativeBackend {
             described.name,
             described.dim,
             described.inputs.name(),
-            if described.holds_lock { "holds a" } else { "no" },
+            if described.holds_lock {
+                "holds a"
+            } else {
+                "no"
+            },
             described.threads,
             limits.max_rows,
             limits.max_tokens,
@@ -231,7 +240,10 @@ impl NativeBackend {
                     self.name,
                     message_of(&error, code)
                 ),
-                format!("{ENV_BACKEND}={} returned {code}", self.library.path.display()),
+                format!(
+                    "{ENV_BACKEND}={} returned {code}",
+                    self.library.path.display()
+                ),
             ));
         }
         Ok(())
