@@ -91,7 +91,8 @@
 //! weights), `cache` (the packed weights cache written from that
 //! declaration, mapped and shared by every worker), `weights`
 //! (safetensors), `mmap` (the mappings: shared read-only files, per-pass
-//! scratch), `config` (the sentence-transformers files), `tokenize`,
+//! scratch), `config` (the sentence-transformers files), `static_folder`
+//! (a StaticEmbedding model's folder, served by a native backend), `tokenize`,
 //! `pooling`, `error`.
 
 mod arch;
@@ -318,7 +319,8 @@ impl Folder {
 }
 
 /// What a sentence-transformers folder says of its model, and its
-/// tokenizer, without reading the weights: what a forward pass that runs
+/// tokenizer, without reading the weights (a StaticEmbedding folder's too:
+/// `static_folder`): what a forward pass that runs
 /// elsewhere (another runtime) needs around it. The folder is checked as
 /// [`Model::load`] checks it, the weights aside; [`ModelInfo::weight_bytes`]
 /// is 0 and [`ModelInfo::threads`] 1.
@@ -355,8 +357,11 @@ impl Model {
             return Err(ModelError::new(
                 &dir.join("modules.json"),
                 "starts with a StaticEmbedding: a table, not an encoder this forward pass serves",
-                "serve it with a static-embedding backend: M0_EMBED_BACKEND=/path/to/\
-                 libstatic_embedding.so (built from backends/c/static_embedding.c)",
+                format!(
+                    "serve it with a static-embedding backend: {}=/path/to/\
+                     libstatic_embedding.so (built from backends/c/static_embedding.c)",
+                    crate::settings::ENV_BACKEND
+                ),
             ));
         }
         let folder = Folder::open(dir)?;

@@ -38,10 +38,7 @@ use crate::settings::{self, Settings};
 use batch::{Call, Inputs};
 use library::Library;
 
-/// The backend library the embed plugin runs its forward pass in, when
-/// set (a path to a `.so` exporting `m0_embed_backend`); unset or empty,
-/// the native encoder.
-pub const ENV_BACKEND: &str = "M0_EMBED_BACKEND";
+pub use settings::ENV_BACKEND;
 
 /// [`ENV_BACKEND`]'s value, when set and not empty.
 pub fn configured() -> Option<std::path::PathBuf> {
