@@ -7,19 +7,25 @@ use std::path::{Path, PathBuf};
 
 use libloading::os::unix::{Library as Dl, RTLD_LOCAL, RTLD_NOW};
 use m0embed_backend_abi::{
-    M0_EMBED_ABI_MAJOR, M0_EMBED_ABI_MINOR, M0_EMBED_BACKEND_SYMBOL, M0EmbedBackend,
-    M0EmbedEntryFn, MIN_BACKEND_SIZE,
+    M0_EMBED_ABI_MAJOR, M0_EMBED_ABI_MINOR, M0_EMBED_BACKEND_SYMBOL, M0EmbedDescribeFn,
+    M0EmbedEntryFn, M0EmbedForwardFn, M0EmbedLoadFn, M0EmbedUnloadFn, MIN_BACKEND_SIZE,
 };
 use m0serve_plugin::InitError;
 
 use super::ENV_BACKEND;
 
-/// An opened backend library and its checked table.
+/// An opened backend library and its checked table: every function is
+/// there (none is NULL).
 pub(super) struct Library {
     /// Kept open for the life of the backend: the table's functions live
     /// in it.
     _dl: Dl,
-    pub table: M0EmbedBackend,
+    /// The ABI (major, minor) the backend was built for.
+    pub abi: (u32, u32),
+    pub load: M0EmbedLoadFn,
+    pub describe: M0EmbedDescribeFn,
+    pub forward: M0EmbedForwardFn,
+    pub unload: M0EmbedUnloadFn,
     pub path: PathBuf,
 }
 
@@ -95,24 +101,30 @@ impl Library {
         // SAFETY: the table holds at least the 1.0 fields (its size says
         // so), which are all of M0EmbedBackend this plugin knows.
         let table = unsafe { table.read() };
-        let missing: Vec<&str> = [
-            ("load", table.load.is_none()),
-            ("describe", table.describe.is_none()),
-            ("forward", table.forward.is_none()),
-            ("unload", table.unload.is_none()),
-        ]
-        .into_iter()
-        .filter_map(|(name, none)| none.then_some(name))
-        .collect();
-        if !missing.is_empty() {
+        let (Some(load), Some(describe), Some(forward), Some(unload)) =
+            (table.load, table.describe, table.forward, table.unload)
+        else {
+            let missing: Vec<&str> = [
+                ("load", table.load.is_none()),
+                ("describe", table.describe.is_none()),
+                ("forward", table.forward.is_none()),
+                ("unload", table.unload.is_none()),
+            ]
+            .into_iter()
+            .filter_map(|(name, none)| none.then_some(name))
+            .collect();
             return Err(refused(format!(
                 "has no {} in its table (NULL); every function of M0EmbedBackend is required",
                 missing.join(", ")
             )));
-        }
+        };
         Ok(Library {
             _dl: dl,
-            table,
+            abi: (major, minor),
+            load,
+            describe,
+            forward,
+            unload,
             path: path.to_path_buf(),
         })
     }

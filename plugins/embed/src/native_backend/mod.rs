@@ -156,10 +156,7 @@ impl Backend for NativeBackend {
                 described.threads
             ));
         }
-        let abi = format!(
-            "{}.{}",
-            backend.library.table.abi_major, backend.library.table.abi_minor
-        );
+        let abi = format!("{}.{}", backend.library.abi.0, backend.library.abi.1);
         host.info(&format!(
             "embed: backend {} ({}, ABI {abi}, dim {}, {} inputs, {} process-wide lock, {} \
              thread(s)), calls of up to {} inputs and {} tokens",
@@ -223,7 +220,7 @@ impl Backend for NativeBackend {
 impl NativeBackend {
     /// One `forward` call into `out` (`rows * dim` floats).
     fn forward(&self, call: &Call, out: &mut [f32], rows: usize) -> Result<(), BackendError> {
-        let forward = self.library.table.forward.expect("checked at open");
+        let forward = self.library.forward;
         let mut error = new_error();
         let batch = call.batch();
         // SAFETY: `state` is what load returned and not yet unloaded;
@@ -249,11 +246,9 @@ impl NativeBackend {
 
 impl Drop for NativeBackend {
     fn drop(&mut self) {
-        if let Some(unload) = self.library.table.unload {
-            // SAFETY: `state` is what load returned; nothing calls the
-            // backend after this.
-            unsafe { unload(self.state) };
-        }
+        // SAFETY: `state` is what load returned; nothing calls the backend
+        // after this.
+        unsafe { (self.library.unload)(self.state) };
     }
 }
 
@@ -288,12 +283,7 @@ fn load_backend(
     limits: &M0EmbedLimits,
 ) -> Result<(*mut c_void, Described), InitError> {
     let path = library.path.display();
-    let table = &library.table;
-    let (load, describe, unload) = (
-        table.load.expect("checked at open"),
-        table.describe.expect("checked at open"),
-        table.unload.expect("checked at open"),
-    );
+    let (load, describe, unload) = (library.load, library.describe, library.unload);
     let dir_c = CString::new(dir.as_os_str().as_encoded_bytes()).map_err(|_| {
         InitError::refused(format!(
             "embed: the model folder {} holds a NUL byte",
