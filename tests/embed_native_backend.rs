@@ -7,7 +7,9 @@
 //! it was given, packed and padded and cut to the call limits; a backend
 //! that fails to load (78, its message), one that fails a forward pass
 //! (424 / 500 for that batch, the worker serves the next), one of another
-//! ABI major or with a short table (78 before any call); `--doctor`'s facts.
+//! ABI major, with a short table or a NULL function (78 before any call);
+//! the library opened in the workers, never the supervisor; `--doctor`'s
+//! facts.
 
 use std::path::{Path, PathBuf};
 
@@ -246,6 +248,52 @@ fn another_abi_major_or_a_short_table_is_refused_before_any_call() {
     let (code, log) = refused(&lib, &[]);
     assert_eq!(code, Some(78), "{log}");
     assert!(log.contains("table of 16 bytes"), "{log}");
+    let lib = fixture("no_forward", &["-DNO_FORWARD"]);
+    let (code, log) = refused(&lib, &[]);
+    assert_eq!(code, Some(78), "{log}");
+    assert!(log.contains("has no forward in its table"), "{log}");
+}
+
+/// The library is opened in the workers (and the plugin's throwaway
+/// start before binding), never in the supervisor, forked or spawned.
+#[test]
+fn the_library_is_opened_in_the_workers_never_in_the_supervisor() {
+    let _serial = support::one_at_a_time();
+    let lib = fixture("mark_open", &["-DMARK_OPEN"]);
+    for mode in [
+        &["--workers", "2"][..],
+        &["--workers", "2", "--spawn-workers"],
+    ] {
+        let opened = scratch_dir("embed_backends").join(format!(
+            "opened.{}.{}",
+            std::process::id(),
+            mode.len()
+        ));
+        let _ = std::fs::remove_file(&opened);
+        let s = serve(
+            &lib,
+            mode,
+            &[("M0_TEST_BACKEND_OPENED", opened.to_str().unwrap())],
+        );
+        let pids: Vec<i32> = std::fs::read_to_string(&opened)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| l.parse().unwrap())
+            .collect();
+        let workers = s.worker_pids();
+        assert_eq!(workers.len(), 2, "{}", s.log());
+        for w in &workers {
+            assert!(
+                pids.contains(w),
+                "{mode:?}: worker {w} did not open it: {pids:?}"
+            );
+        }
+        assert!(
+            !pids.contains(&s.pid()),
+            "{mode:?}: the supervisor {} opened the library: {pids:?}",
+            s.pid()
+        );
+    }
 }
 
 #[test]

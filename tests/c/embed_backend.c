@@ -12,13 +12,18 @@
  *   -DABI_MAJOR=N     the table claims ABI major N; load and forward append
  *                     "called" to the file $M0_TEST_BACKEND_MARKER
  *   -DTABLE_SIZE=N    the table claims to be N bytes
+ *   -DNO_FORWARD      the table's forward is NULL
+ *   -DMARK_OPEN       opening the library appends the process's pid to the
+ *                     file $M0_TEST_BACKEND_OPENED (which process opened it)
  *
  * The identity backend's dim is its model folder's: -DDIM=N (default 64,
  * the static fixture's; 384 for all-MiniLM-L6-v2).
  */
+#define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "m0embed_backend.h"
 
@@ -75,7 +80,7 @@ static int32_t load(const char *dir, const M0EmbedLimits *limits, void **state, 
 
 static const M0EmbedInfo *describe(void *state) { return state; }
 
-static int32_t forward(void *state, const M0EmbedBatch *b, float *out, M0EmbedError *e) {
+__attribute__((unused)) static int32_t forward(void *state, const M0EmbedBatch *b, float *out, M0EmbedError *e) {
     (void)state;
     if (ABI_MAJOR != M0_EMBED_ABI_MAJOR) mark();
     for (uint32_t r = 0; r < b->rows; r++) {
@@ -104,9 +109,26 @@ static int32_t forward(void *state, const M0EmbedBatch *b, float *out, M0EmbedEr
 
 static void unload(void *state) { (void)state; }
 
+#ifdef MARK_OPEN
+__attribute__((constructor)) static void opened(void) {
+    const char *path = getenv("M0_TEST_BACKEND_OPENED");
+    FILE *f = path ? fopen(path, "a") : NULL;
+    if (f) {
+        fprintf(f, "%ld\n", (long)getpid());
+        fclose(f);
+    }
+}
+#endif
+
 static const M0EmbedBackend TABLE = {
     .size = TABLE_SIZE, .abi_major = ABI_MAJOR, .abi_minor = M0_EMBED_ABI_MINOR,
-    .load = load, .describe = describe, .forward = forward, .unload = unload,
+    .load = load, .describe = describe,
+#ifdef NO_FORWARD
+    .forward = NULL,
+#else
+    .forward = forward,
+#endif
+    .unload = unload,
 };
 
 M0_EMBED_EXPORT const M0EmbedBackend *m0_embed_backend(void) { return &TABLE; }
