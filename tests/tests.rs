@@ -25,6 +25,7 @@ mod embed_api;
 mod embed_families;
 mod embed_memory;
 mod embed_models;
+mod embed_native_backend;
 mod embed_reranker;
 mod embed_tasks;
 mod embed_tei_surface;

@@ -36,6 +36,7 @@ The embed and pyembed plugins read M0_EMBED_* variables (the README's
   M0_EMBED_DEFAULT_PROMPT         a prompt text for inputs that name none
   M0_EMBED_CACHE_DIR              where the packed weights go when the model folder is read-only
   M0_EMBED_MODEL_DIR              pyembed's model folder
+  M0_EMBED_BACKEND                embed's forward pass in a library of include/m0embed_backend.h
 pyembed also reads M0_PYEMBED_GIL and its backend's M0_PYEMBED_* settings.
 
 Examples:

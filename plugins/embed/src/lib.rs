@@ -11,11 +11,13 @@
 //! Cohere's request and response formats; `models` finds a request's model;
 //! [`Embed`] (`plugin`) joins them on the SDK
 //! over a [`Backend`], the forward pass: the native [`model::Model`], or
-//! another runtime's (the pyembed plugin's Python modules); `settings` reads
-//! the `M0_EMBED_*` variables.
+//! another runtime's (the pyembed plugin's Python modules, or a native
+//! library of include/m0embed_backend.h: `native_backend`); `settings`
+//! reads the `M0_EMBED_*` variables.
 //!
 //! This crate is a library: `libm0_embed.so` is the package in `cdylib/`,
-//! which exports `Embed<Model>`. A plugin's entry points are fixed symbols,
+//! which exports `Embed<native_backend::EmbedBackend>` (the native encoder,
+//! or the library `M0_EMBED_BACKEND` names). A plugin's entry points are fixed symbols,
 //! so they cannot be in a library that another plugin links.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -24,6 +26,7 @@ pub mod api;
 pub mod backend;
 pub mod model;
 pub mod models;
+pub mod native_backend;
 mod plugin;
 pub mod settings;
 

@@ -18,6 +18,11 @@ pub const ENV_THREADS: &str = "M0_EMBED_THREADS";
 /// model.safetensors, else the user's cache folder).
 pub const ENV_CACHE_DIR: &str = "M0_EMBED_CACHE_DIR";
 
+/// A forward-pass library written against include/m0embed_backend.h, run
+/// instead of the native encoder (`crate::native_backend`); unset or empty,
+/// the native encoder.
+pub const ENV_BACKEND: &str = "M0_EMBED_BACKEND";
+
 /// Most inputs in one request on TEI's routes (TEI's
 /// `--max-client-batch-size`).
 pub const ENV_MAX_CLIENT_BATCH_SIZE: &str = "M0_EMBED_MAX_CLIENT_BATCH_SIZE";

@@ -91,7 +91,8 @@
 //! weights), `cache` (the packed weights cache written from that
 //! declaration, mapped and shared by every worker), `weights`
 //! (safetensors), `mmap` (the mappings: shared read-only files, per-pass
-//! scratch), `config` (the sentence-transformers files), `tokenize`,
+//! scratch), `config` (the sentence-transformers files), `static_folder`
+//! (a StaticEmbedding model's folder, served by a native backend), `tokenize`,
 //! `pooling`, `error`.
 
 mod arch;
@@ -105,6 +106,7 @@ mod layers;
 mod mmap;
 mod pooling;
 mod registry;
+mod static_folder;
 mod strided;
 mod task;
 mod tensors;
@@ -117,6 +119,7 @@ pub use cache::{FILE_NAME as CACHE_FILE_NAME, VERSION as CACHE_VERSION, checksum
 pub use config::Pooling;
 pub use error::ModelError;
 pub use registry::SUPPORTED as SUPPORTED_MODEL_TYPES;
+pub use static_folder::static_module;
 pub use task::Task;
 pub use tokenize::{Encoded, Side, TokenSpan, TokenizeError, Tokenizer, TooLong};
 
@@ -316,7 +319,8 @@ impl Folder {
 }
 
 /// What a sentence-transformers folder says of its model, and its
-/// tokenizer, without reading the weights: what a forward pass that runs
+/// tokenizer, without reading the weights (a StaticEmbedding folder's too:
+/// `static_folder`): what a forward pass that runs
 /// elsewhere (another runtime) needs around it. The folder is checked as
 /// [`Model::load`] checks it, the weights aside; [`ModelInfo::weight_bytes`]
 /// is 0 and [`ModelInfo::threads`] 1.
@@ -324,6 +328,9 @@ pub fn describe_folder(
     dir: &Path,
     name: Option<String>,
 ) -> Result<(ModelInfo, Tokenizer), ModelError> {
+    if let Some(module) = static_folder::static_module(dir) {
+        return static_folder::describe(dir, &module, name);
+    }
     let folder = Folder::open(dir)?;
     folder.check_pooling_dim()?;
     let info = folder.info(dir, name, 0, 1);
@@ -346,6 +353,17 @@ impl Model {
     /// with config.json (names with or without the architecture's prefix,
     /// `bert.` say, are both read), a damaged file.
     pub fn load(dir: &Path, opts: LoadOptions) -> Result<Model, ModelError> {
+        if static_folder::static_module(dir).is_some() {
+            return Err(ModelError::new(
+                &dir.join("modules.json"),
+                "starts with a StaticEmbedding: a table, not an encoder this forward pass serves",
+                format!(
+                    "serve it with a static-embedding backend: {}=/path/to/\
+                     libstatic_embedding.so (built from backends/c/static_embedding.c)",
+                    crate::settings::ENV_BACKEND
+                ),
+            ));
+        }
         let folder = Folder::open(dir)?;
         let isa = kernels::Isa::detect();
         let mut tensors = folder.arch.tensors();

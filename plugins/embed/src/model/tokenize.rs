@@ -70,7 +70,7 @@ impl Encoded {
         self.second
     }
 
-    fn one(ids: Vec<u32>) -> Encoded {
+    pub(crate) fn one(ids: Vec<u32>) -> Encoded {
         let second = ids.len();
         Encoded { ids, second }
     }
@@ -168,6 +168,18 @@ impl fmt::Debug for Tokenizer {
 
 impl Tokenizer {
     pub(crate) fn load(dir: &Path, max_len: usize, vocab: usize) -> Result<Tokenizer, ModelError> {
+        Tokenizer::load_with(dir, max_len, vocab, true)
+    }
+
+    /// [`Tokenizer::load`], with or without the post-processor's special
+    /// tokens: a static embedding model (static_folder.rs) encodes with
+    /// `add_special_tokens=False`, which is the same as having none.
+    pub(crate) fn load_with(
+        dir: &Path,
+        max_len: usize,
+        vocab: usize,
+        special_tokens: bool,
+    ) -> Result<Tokenizer, ModelError> {
         let file = dir.join("tokenizer.json");
         if !file.is_file() {
             return Err(ModelError::new(
@@ -196,6 +208,9 @@ impl Tokenizer {
         // would only add work and change mean pooling.
         whole.with_padding(None);
         let _ = whole.with_truncation(None);
+        if !special_tokens {
+            whole.with_post_processor(None::<tokenizers::PostProcessorWrapper>);
+        }
         let added = whole
             .get_post_processor()
             .map_or(0, |p| p.added_tokens(false));
