@@ -12,6 +12,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -269,7 +270,8 @@ fn run_to_exit(models: &[String], env: &[(&str, &str)], doctor: bool) -> (Option
     let flags: &[&str] = if doctor { &["--doctor"] } else { &[] };
     let mut cmd = embed_command_with(flags, models, &[]);
     cmd.envs(env.iter().copied());
-    let out = cmd.output().unwrap();
+    // A refused start exits at once; 120 s is a hang, not a slow box.
+    let out = crate::support::output_within(&mut cmd, Duration::from_secs(120));
     let mut text = String::from_utf8_lossy(&out.stderr).into_owned();
     text.push_str(&String::from_utf8_lossy(&out.stdout));
     (out.status.code(), text)

@@ -783,3 +783,60 @@ pub fn bad_plugin(name: &str, defines: &[&str]) -> PathBuf {
     cc(&args, &out);
     out
 }
+
+/// `cmd.output()`, bounded: a process expected to exit (a refused start,
+/// `--doctor`) that serves instead is killed after `timeout` and the test
+/// fails with what it wrote, rather than hanging the suite.
+pub fn output_within(cmd: &mut Command, timeout: Duration) -> std::process::Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let drain = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let out = drain(
+        child
+            .stdout
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
+    let err = drain(
+        child
+            .stderr
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break Some(status);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let (stdout, stderr) = (out.join().unwrap(), err.join().unwrap());
+    let Some(status) = status else {
+        panic!(
+            "still running after {timeout:?}, killed: {}{}",
+            String::from_utf8_lossy(&stderr),
+            String::from_utf8_lossy(&stdout)
+        );
+    };
+    std::process::Output {
+        status,
+        stdout,
+        stderr,
+    }
+}

@@ -21,6 +21,21 @@ impl Backend for EmbedBackend {
 
     const MODEL_DIR_HINT: &'static str = <Model as Backend>::MODEL_DIR_HINT;
 
+    // The encoder's answers to what the plugin asks before any load (its
+    // descriptor, the model folders it was given), whichever backend then
+    // loads: a default here would drop every ARG but the first.
+    fn describe(plugin: Description) -> Description {
+        <Model as Backend>::describe(plugin)
+    }
+
+    fn model_arg(args: &InitArgs) -> String {
+        <Model as Backend>::model_arg(args)
+    }
+
+    fn model_args(args: &InitArgs) -> Vec<String> {
+        <Model as Backend>::model_args(args)
+    }
+
     fn load(
         host: &'static Host,
         args: &InitArgs,
