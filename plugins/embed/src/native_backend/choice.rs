@@ -21,6 +21,12 @@ impl Backend for EmbedBackend {
 
     const MODEL_DIR_HINT: &'static str = <Model as Backend>::MODEL_DIR_HINT;
 
+    /// The encoder's: one model per ARG. The default took ARG alone, so
+    /// every model after the first was dropped without a word.
+    fn model_args(args: &InitArgs) -> Vec<String> {
+        <Model as Backend>::model_args(args)
+    }
+
     fn load(
         host: &'static Host,
         args: &InitArgs,
