@@ -195,6 +195,30 @@ fn batch_plan(desc: &Descriptor, usable_cpus: usize, workers: usize, cap: usize)
     }
 }
 
+/// The calls the worker's CPUs compute at once, for the cap between models
+/// (`job_queue.rs`): a fixed pool's size (a batching plugin's is one batch
+/// per CPU of the worker's part; `--blocking-threads` is the user's word),
+/// else the worker's part of the usable CPUs per call's compute threads.
+pub fn call_slots(plan: &PoolPlan, desc: &Descriptor) -> usize {
+    if plan.adaptive {
+        worker_part(plan.cpus, plan.workers) / desc.compute_threads.max(1) as usize
+    } else {
+        plan.initial
+    }
+    .max(1)
+}
+
+/// The most handler threads at once, lanes for models included
+/// (`job_queue.rs`): the plan's maximum, and one more where the event loop
+/// never calls the plugin (`loop_calls`: neither inline nor loop calls),
+/// since a thread index below `max + 1` is then free for it (the contract
+/// of `M0Request.thread_index`). A plugin that caps its concurrency gets
+/// no more than its plan.
+pub fn max_threads(plan: &PoolPlan, desc: &Descriptor, loop_calls: bool) -> usize {
+    let free_index = !loop_calls && desc.concurrency_cap() == u32::MAX;
+    plan.max + usize::from(free_index)
+}
+
 /// Whether the event loop calls the plugin itself (`M0_CAP_INLINE`), and
 /// why, for the log and `--doctor`.
 pub fn inline_calls(desc: &Descriptor, no_inline: bool) -> (bool, &'static str) {
