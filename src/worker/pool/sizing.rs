@@ -392,4 +392,36 @@ mod tests {
         );
         assert_eq!((p.initial, p.min, p.max, p.adaptive), (8, 8, 8, false));
     }
+
+    #[test]
+    fn lanes_take_the_loops_index_only_where_the_loop_never_calls() {
+        let native = desc(CallModel::Reentrant, ProcessLock::None, 1);
+        let batching = plan(&native, None, 2, 1, true);
+        assert_eq!(max_threads(&batching, &native, false), 3);
+        // An inline or loop-calling worker's loop holds that index.
+        assert_eq!(max_threads(&batching, &native, true), 2);
+        // A plugin that caps its concurrency never gets a call past its plan.
+        let mut capped = native.clone();
+        capped.max_concurrency = 2;
+        assert_eq!(
+            max_threads(&plan(&capped, None, 2, 1, true), &capped, false),
+            2
+        );
+        let serial = desc(CallModel::Serialized, ProcessLock::None, 1);
+        assert_eq!(
+            max_threads(&plan(&serial, None, 8, 1, false), &serial, false),
+            1
+        );
+    }
+
+    #[test]
+    fn the_cap_between_models_counts_the_calls_the_cpus_compute_at_once() {
+        let native = desc(CallModel::Reentrant, ProcessLock::None, 1);
+        assert_eq!(call_slots(&plan(&native, None, 4, 1, true), &native), 4);
+        assert_eq!(call_slots(&plan(&native, Some(3), 4, 1, true), &native), 3);
+        // An adaptive pool: the worker's part of the CPUs per call.
+        let two = desc(CallModel::Reentrant, ProcessLock::None, 2);
+        assert_eq!(call_slots(&plan(&two, None, 8, 2, false), &two), 2);
+        assert_eq!(call_slots(&plan(&two, None, 1, 1, false), &two), 1);
+    }
 }
