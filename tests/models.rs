@@ -44,6 +44,13 @@ impl Gate {
         std::fs::write(&self.0, b"open").expect("create the gate file");
     }
 
+    /// Opens the gate of the calls that hold `hold=NAME`.
+    pub fn open_named(&self, name: &str) {
+        let mut path = self.0.clone().into_os_string();
+        path.push(format!(".{name}"));
+        std::fs::write(&path, b"open").expect("create the gate file");
+    }
+
     pub fn arg(&self) -> String {
         format!("gate={}", self.0.display())
     }
@@ -52,6 +59,15 @@ impl Gate {
 impl Drop for Gate {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
+        let (Some(dir), Some(name)) = (self.0.parent(), self.0.file_name()) else {
+            return;
+        };
+        let prefix = format!("{}.", name.to_string_lossy());
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            if entry.file_name().to_string_lossy().starts_with(&prefix) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
     }
 }
 
@@ -82,6 +98,7 @@ fn stats(s: &Server) -> (u64, Vec<u64>) {
     };
     let in_flight = field("in_flight")
         .split(',')
+        .filter(|n| !n.is_empty())
         .map(|n| n.parse().unwrap())
         .collect();
     (field("admitted").parse().unwrap(), in_flight)
@@ -215,11 +232,12 @@ fn each_model_has_its_own_cost_in_flight() {
     let refused = a3.read_response(false).expect("a3's answer");
     assert_eq!(refused.status, 429, "{}", refused.text());
     assert_eq!(refused.text(), "over budget model=a in_flight=2");
-    // Model b's budget is its own.
-    let mut b1 = send(&s, "/work?model=b&id=b1");
+    // Model b's budget is its own (its call, on a lane, held too).
+    let mut b1 = send(&s, "/work?model=b&id=b1&hold=b1");
     wait_admitted(&s, 3);
     assert_eq!(stats(&s).1, [2, 1]);
     gate.open();
+    gate.open_named("b1");
     for c in [&mut gated, &mut a2, &mut b1] {
         assert_eq!(c.read_response(false).expect("an answer").status, 200);
     }
@@ -264,4 +282,138 @@ fn the_start_line_names_the_models_and_is_unchanged_without_any() {
         hello.log()
     );
     assert!(!hello.log().contains("models"), "{}", hello.log());
+}
+
+/// Reads one answer, 200, and gives back its text.
+fn answer(s: &Server, c: &mut Client, what: &str) -> String {
+    let r = c
+        .read_response(false)
+        .unwrap_or_else(|| panic!("no answer to {what}:\n{}", s.log()));
+    let text = r.text();
+    assert_eq!(r.status, 200, "{what}: {text}");
+    text
+}
+
+/// Waits until the fixture has seen `n` calls return.
+fn wait_ended(s: &Server, n: u64) {
+    let end = Instant::now() + WAIT;
+    loop {
+        let text = crate::support::get(s.addr, "/stats").text();
+        if field(&text, "ended").parse::<u64>().unwrap() >= n {
+            return;
+        }
+        assert!(Instant::now() < end, "{text}:\n{}", s.log());
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Waits until `n` calls wait for a gate.
+fn wait_holding(s: &Server, n: usize) {
+    let waiting = "waits for the gate";
+    assert_eq!(
+        s.wait_for_log_count(waiting, n, WAIT),
+        n,
+        "{n} calls never held:\n{}",
+        s.log()
+    );
+}
+
+/// A lane (B11): every handler thread is inside a call of model a that
+/// will not end until the test says so; a request of model b still gets
+/// its call at once, on one more thread, and is answered while a's call
+/// runs. Without the lane it waits for the gate (the fixture's 30 s).
+#[test]
+fn a_model_with_nothing_running_gets_a_call_beside_a_flood_that_holds_every_thread() {
+    let _serial = serial();
+    let gate = Gate::new("lane");
+    let s = start(&["--blocking-threads", "1"], &[&gate.arg(), "a", "b"]);
+    let mut gated = shut_gate(&s);
+    let mut queued_a = send(&s, "/work?model=a&id=a1");
+    wait_admitted(&s, 2);
+    let mut b = send(&s, "/work?model=b&id=b1");
+    let text = answer(
+        &s,
+        &mut b,
+        "b1, with a's call holding the pool's one thread",
+    );
+    // b's call started while a's gate call ran (and nothing of b).
+    assert_eq!(field(&text, "beside"), "1,0", "{text}");
+    assert_eq!(field(&text, "seq"), "2", "{text}");
+    // The lane's thread index keeps M0Request.thread_index's contract:
+    // below max_handler_threads (1) + 1.
+    assert!(field(&text, "thread").parse::<u32>().unwrap() < 2, "{text}");
+    gate.open();
+    let gate_text = answer(&s, &mut gated, "the gate");
+    assert_eq!(field(&gate_text, "seq"), "1", "{gate_text}");
+    // Model a's queued request went to a thread of the pool's own.
+    let a1 = answer(&s, &mut queued_a, "a1");
+    assert_eq!(field(&a1, "seq"), "3", "{a1}");
+}
+
+/// The cap (B11): on a pool of two threads (two calls at once), while
+/// model b's call runs beside a flood of model a, a's calls are held to
+/// one: a thread freed by a's call does not start another of a's until
+/// b's call ends, so b keeps a CPU to itself.
+#[test]
+fn while_another_model_runs_the_flood_keeps_to_its_share_of_the_calls() {
+    let _serial = serial();
+    let gate = Gate::new("cap");
+    let s = start(&["--blocking-threads", "2"], &[&gate.arg(), "a", "b"]);
+    // One at a time, so that each has a call (and a thread) of its own.
+    let mut a1 = send(&s, "/work?model=a&id=a1&hold=a1");
+    wait_holding(&s, 1);
+    let mut a2 = send(&s, "/work?model=a&id=a2&hold=a2");
+    wait_holding(&s, 2);
+    // Both threads are in a's calls: b's goes on a lane, beside both.
+    let mut b1 = send(&s, "/work?model=b&id=b1&hold=b1");
+    wait_holding(&s, 3);
+    let mut a3 = send(&s, "/work?model=a&id=a3");
+    wait_admitted(&s, 4);
+    // a1's call ends: its thread finds a3 queued, with a at its share
+    // (one call of two slots while b runs) and a2 still running.
+    gate.open_named("a1");
+    answer(&s, &mut a1, "a1");
+    wait_ended(&s, 1);
+    gate.open_named("b1");
+    let b = answer(&s, &mut b1, "b1");
+    assert_eq!(
+        field(&b, "beside"),
+        "2,0",
+        "b1 started beside both of a's calls: {b}"
+    );
+    assert!(field(&b, "thread").parse::<u32>().unwrap() < 3, "{b}");
+    let a = answer(&s, &mut a3, "a3");
+    // a3's call began only once b's had ended: a2 still held, b none.
+    assert_eq!(
+        field(&a, "beside"),
+        "1,0",
+        "a3 started beside b's call: {a}"
+    );
+    gate.open_named("a2");
+    answer(&s, &mut a2, "a2");
+}
+
+/// With one class (a plugin that names no models) the pool never starts
+/// a thread above its size: a request waits for the call holding the
+/// only thread, as it always did.
+#[test]
+fn without_models_a_request_waits_for_the_pools_threads() {
+    let _serial = serial();
+    let gate = Gate::new("one-class");
+    let s = start(&["--blocking-threads", "1"], &[&gate.arg()]);
+    let waiting = "waits for the gate";
+    let mut gated = send(&s, "/gate?id=gate");
+    wait_holding(&s, 1);
+    let mut other = send(&s, "/work?id=w1");
+    wait_admitted(&s, 2);
+    // The one thread holds the gate; nothing else has started a call.
+    assert_eq!(s.log_count(waiting), 1);
+    gate.open();
+    let g = answer(&s, &mut gated, "the gate");
+    let w = answer(&s, &mut other, "w1");
+    assert_eq!(
+        (field(&g, "seq"), field(&w, "seq")),
+        ("1".into(), "2".into())
+    );
+    assert_eq!(field(&w, "thread"), field(&g, "thread"), "{g} / {w}");
 }

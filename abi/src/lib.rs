@@ -336,7 +336,9 @@ pub struct M0Request {
     pub worker_index: u32,
     /// Index of the thread making this call, for per-thread state kept in
     /// an array: always below `M0InitArgs::max_handler_threads + 1` (the
-    /// one more is the event loop's thread, for inline and loop calls).
+    /// one more is the event loop's thread, for inline and loop calls, or,
+    /// where the loop never calls the plugin, a handler thread started for
+    /// a model with nothing running while every other thread is busy).
     /// Indices are reused: a thread's index is free again once its
     /// `thread_stop` has returned, never while two threads could hold it.
     /// An `admit` call (1.5) has `M0_THREAD_NONE` here.

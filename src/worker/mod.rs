@@ -164,6 +164,15 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
         .map_err(|e| (EXIT_STARTUP, format!("cannot create the event loop: {e}")))?;
     let waker = mio::Waker::new(poll.registry(), event_loop::WAKER)
         .map_err(|e| (EXIT_STARTUP, format!("cannot create the loop waker: {e}")))?;
+    let loop_plan = loop_calls::decide(
+        &plugin.descriptor,
+        cfg.cli.no_inline,
+        usable,
+        sharing as u32,
+        batch_plan.limits.is_some(),
+        plan.adaptive,
+    );
+    let (inline, inline_why) = sizing::inline_calls(&plugin.descriptor, cfg.cli.no_inline);
     let pool = Pool::start(
         PoolSettings {
             threads: plan.initial,
@@ -174,18 +183,11 @@ fn serve(cfg: &Config, mut setup: WorkerSetup) -> Result<i32, (i32, String)> {
             worker_index: setup.index,
             write_timeout: Config::timeout(cfg.cli.idle_timeout),
             batch: batch_plan.limits,
+            max_threads: sizing::max_threads(&plan, &plugin.descriptor, inline || loop_plan.on),
+            slots: sizing::call_slots(&plan, &plugin.descriptor),
         },
         waker,
     );
-    let loop_plan = loop_calls::decide(
-        &plugin.descriptor,
-        cfg.cli.no_inline,
-        usable,
-        sharing as u32,
-        batch_plan.limits.is_some(),
-        plan.adaptive,
-    );
-    let (inline, inline_why) = sizing::inline_calls(&plugin.descriptor, cfg.cli.no_inline);
     let controller = adaptive::Controller::new(plan.clone(), loop_plan.measured);
     let share = setup.share.take().map(|fds| {
         accept_share::AcceptShare::new(

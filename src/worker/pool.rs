@@ -14,6 +14,18 @@
 //! ones. The queue is bounded: `try_submit` refuses when it is full and the
 //! loop answers 503.
 //!
+//! With several models (ABI 1.6) the queue takes them in turn, and two
+//! rules keep a flood on one from starving another (`job_queue.rs`): a
+//! lane, one thread started above the pool's size (up to `max_threads`,
+//! which keeps `M0Request.thread_index` below `max_handler_threads + 1`)
+//! for a model with nothing running while every thread is inside another
+//! model's call; and the cap, which holds each model to its share of the
+//! calls the CPUs compute at once while others are active. A lane's
+//! thread is not part of the target: `size()` may show one thread more
+//! while it runs, the adaptive controller never sees it as a step of its
+//! own, and the thread leaves (as any surplus) once no model waits for a
+//! lane. With one class (a plugin that names no models) neither applies.
+//!
 //! Beside the threads, under `pool/`: the size the pool starts at
 //! (`sizing.rs`), the adaptive controller that moves it (`adaptive.rs`),
 //! the batch former (`batching.rs`), the threads' scheduler clocks
@@ -62,6 +74,11 @@ pub struct Shared {
     write_timeout: Option<Duration>,
     /// Set when the plugin takes batches (see `batching.rs`).
     batch: Option<batching::Limits>,
+    /// The most handler threads at once, lanes included (`PoolSettings`).
+    max_threads: usize,
+    /// The calls the worker's CPUs compute at once, for the cap between
+    /// models (`job_queue.rs`).
+    slots: usize,
     stats: Stats,
     watch: Watch,
     handles: Mutex<Vec<JoinHandle<()>>>,
@@ -100,6 +117,14 @@ struct Queue {
     gathering: Option<usize>,
     /// The last batch call, which sets the next one's expectation.
     last_call: Option<batching::LastCall>,
+    /// Calls running on lanes: started above the target for a model that
+    /// had none running (`job_queue.rs`). Threads up to `target +
+    /// lane_calls` are not surplus.
+    lane_calls: usize,
+    /// A thread parked with jobs queued that the cap between models kept
+    /// it from (never with one class): the next call to end wakes the
+    /// parked threads.
+    held_back: bool,
 }
 
 /// Measurements the adaptive controller and the logs read.
@@ -142,6 +167,12 @@ pub struct PoolSettings {
     pub worker_index: u32,
     pub write_timeout: Option<Duration>,
     pub batch: Option<batching::Limits>,
+    /// The most handler threads at once, lanes included: thread indices
+    /// stay below it plus the event loop's one when the loop calls the
+    /// plugin (`worker/mod.rs` decides). At most `threads` for none.
+    pub max_threads: usize,
+    /// The calls the worker's CPUs compute at once (`sizing::call_slots`).
+    pub slots: usize,
 }
 
 impl Pool {
@@ -160,6 +191,8 @@ impl Pool {
                 stopping: false,
                 gathering: None,
                 last_call: None,
+                lane_calls: 0,
+                held_back: false,
             }),
             work_ready: Condvar::new(),
             gathered: Condvar::new(),
@@ -174,6 +207,8 @@ impl Pool {
             },
             write_timeout: settings.write_timeout,
             batch: settings.batch,
+            max_threads: settings.max_threads,
+            slots: settings.slots.max(1),
             stats: Stats::default(),
             watch: Watch::default(),
             handles: Mutex::new(Vec::new()),
@@ -225,8 +260,14 @@ impl Pool {
     }
 
     /// Queue a job; gives it back when the queue is full.
+    ///
+    /// A job of a model with nothing running or queued, while every thread
+    /// is inside another model's call and none is parked, gets a lane: one
+    /// more thread, up to `max_threads`, whose call starts now rather than
+    /// when a running call ends (`job_queue.rs`). Never with one class.
     pub fn try_submit(&self, job: Job) -> Result<(), Box<Job>> {
-        let wake = {
+        let c = class(job.model);
+        let (wake, lane) = {
             let mut q = lock(&self.shared.queue);
             if q.jobs.len() >= q.capacity {
                 self.shared.stats.refused.fetch_add(1, Ordering::Relaxed);
@@ -236,10 +277,22 @@ impl Pool {
             if q.gathering.is_some_and(|want| q.jobs.len() >= want) {
                 self.shared.gathered.notify_one();
             }
-            q.idle > 0
+            let lane = q.idle == 0
+                && q.busy >= q.live
+                && !q.stopping
+                && q.live + q.retiring < self.shared.max_threads
+                && q.jobs.wants_lane(c);
+            let index = lane.then(|| {
+                q.live += 1;
+                q.claim_index()
+            });
+            (q.idle > 0, index)
         };
         if wake {
             self.shared.work_ready.notify_one();
+        }
+        if let Some(index) = lane {
+            spawn_thread(&self.shared, index);
         }
         Ok(())
     }
@@ -457,23 +510,32 @@ fn spawn_missing(shared: &Arc<Shared>) {
             q.live += 1;
             q.claim_index()
         };
-        let for_thread = Arc::clone(shared);
-        let handle = std::thread::Builder::new()
-            .name(format!("m0-handler-{index}"))
-            .spawn(move || handler_thread(for_thread, index));
-        match handle {
-            Ok(h) => {
-                let mut handles = lock(&shared.handles);
-                reap_finished(&mut handles);
-                handles.push(h);
-            }
-            Err(e) => {
-                crate::log::error(format_args!("cannot start handler thread {index}: {e}"));
-                let mut q = lock(&shared.queue);
-                q.live -= 1;
-                q.release_index(index);
-                return;
-            }
+        if !spawn_thread(shared, index) {
+            return;
+        }
+    }
+}
+
+/// Start a handler thread with `index`, already counted in `live` by the
+/// caller; false (and uncounted again) when the system refuses one.
+fn spawn_thread(shared: &Arc<Shared>, index: u32) -> bool {
+    let for_thread = Arc::clone(shared);
+    let handle = std::thread::Builder::new()
+        .name(format!("m0-handler-{index}"))
+        .spawn(move || handler_thread(for_thread, index));
+    match handle {
+        Ok(h) => {
+            let mut handles = lock(&shared.handles);
+            reap_finished(&mut handles);
+            handles.push(h);
+            true
+        }
+        Err(e) => {
+            crate::log::error(format_args!("cannot start handler thread {index}: {e}"));
+            let mut q = lock(&shared.queue);
+            q.live -= 1;
+            q.release_index(index);
+            false
         }
     }
 }
@@ -518,10 +580,21 @@ fn handler_loop(shared: &Arc<Shared>, mut bufs: CallBuffers) {
         // Set while this thread waits for its batch to fill: until when,
         // for how many.
         let mut gather: Option<(Instant, usize)> = None;
+        // The class of the call taken, and whether it is a lane's.
+        let mut call_class = 0;
+        let mut call_lane = false;
         let took = {
             let mut q = lock(&shared.queue);
             loop {
-                if q.live > q.target {
+                // Threads started for lanes are surplus too, but first
+                // serve any model still waiting for its lane.
+                let surplus = q.live > q.target + q.lane_calls;
+                let lane = if surplus && !q.stopping {
+                    q.jobs.lane_class()
+                } else {
+                    None
+                };
+                if surplus && lane.is_none() {
                     // Leave, and say so now: counted until the thread had
                     // finished its stop hook, every thread finishing a job
                     // meanwhile saw the same surplus and left too, emptying
@@ -531,9 +604,9 @@ fn handler_loop(shared: &Arc<Shared>, mut bufs: CallBuffers) {
                     counted_live = false;
                     break false;
                 }
-                if !q.jobs.is_empty() {
+                if let Some(c) = lane.or_else(|| q.jobs.next_class(shared.slots)) {
                     if let Some(limits) = shared.batch {
-                        if gather.is_none() && q.target == 1 {
+                        if gather.is_none() && lane.is_none() && q.target == 1 {
                             // Only a pool of one thread waits: with more,
                             // the requests that arrive later go to the
                             // next thread, beside this call. A two-thread
@@ -543,7 +616,7 @@ fn handler_loop(shared: &Arc<Shared>, mut bufs: CallBuffers) {
                             gather = batching::gather(limits, q.jobs.len(), q.last_call)
                                 .map(|g| (Instant::now() + g.wait, g.want));
                         }
-                        if let Some((until, want)) = gather {
+                        if let Some((until, want)) = gather.filter(|_| lane.is_none()) {
                             let now = Instant::now();
                             if q.jobs.len() < want && now < until && !q.stopping {
                                 if unannounced > 0 {
@@ -567,11 +640,14 @@ fn handler_loop(shared: &Arc<Shared>, mut bufs: CallBuffers) {
                         if let Some((_, want)) = gather {
                             shared.stats.batches.record_wait(q.jobs.len() >= want);
                         }
-                        q.jobs.take_batch(limits, &mut jobs);
+                        q.jobs.take_batch(c, limits, &mut jobs);
                     } else {
-                        jobs.extend(q.jobs.pop_next());
+                        jobs.extend(q.jobs.pop_next(c));
                     }
+                    q.jobs.started(c);
                     q.busy += 1;
+                    q.lane_calls += usize::from(lane.is_some());
+                    (call_class, call_lane) = (c, lane.is_some());
                     watcher.step_down(&shared.watch);
                     break true;
                 }
@@ -585,6 +661,10 @@ fn handler_loop(shared: &Arc<Shared>, mut bufs: CallBuffers) {
                     unannounced = 0;
                     q = lock(&shared.queue);
                     continue;
+                }
+                if !q.jobs.is_empty() {
+                    // Jobs the cap between models keeps from this thread.
+                    q.held_back = true;
                 }
                 let mut idle = PoolIdle { shared, q: Some(q) };
                 watcher.idle_wait(&shared.watch, &mut idle, &mut bufs);
@@ -608,10 +688,8 @@ fn handler_loop(shared: &Arc<Shared>, mut bufs: CallBuffers) {
             .stats
             .queue_wait_ns
             .fetch_add(waited, Ordering::Relaxed);
-        if let Some(job) = jobs.first() {
-            // Every job of a call is of one model (`job_queue.rs`).
-            shared.stats.queue_wait_by_class[class(job.model)].fetch_add(waited, Ordering::Relaxed);
-        }
+        // Every job of a call is of one model (`job_queue.rs`).
+        shared.stats.queue_wait_by_class[call_class].fetch_add(waited, Ordering::Relaxed);
         serve_counted(shared, &jobs, &mut bufs, &mut outcomes);
         let (size, took) = (jobs.len(), started.elapsed());
         if unannounced == 0 {
@@ -623,16 +701,24 @@ fn handler_loop(shared: &Arc<Shared>, mut bufs: CallBuffers) {
                 .zip(outcomes.drain(..))
                 .map(|(job, outcome)| Completion { job, outcome }),
         );
-        let more_queued = {
+        let (more_queued, wake_held) = {
             let mut q = lock(&shared.queue);
             q.busy -= 1;
+            q.jobs.finished(call_class);
+            q.lane_calls -= usize::from(call_lane);
             q.last_call = Some(batching::LastCall {
                 size,
                 took,
                 behind: q.jobs.len(),
             });
-            !q.jobs.is_empty()
+            let more = !q.jobs.is_empty();
+            // A model's call ended: what the cap held back may start now.
+            let wake = std::mem::take(&mut q.held_back) && more && q.idle > 0;
+            (more, wake)
         };
+        if wake_held {
+            shared.work_ready.notify_all();
+        }
         if !more_queued || unannounced >= ANNOUNCE_BATCH {
             announce(shared);
             unannounced = 0;
@@ -891,6 +977,8 @@ mod tests {
                 worker_index: 0,
                 write_timeout: None,
                 batch: None,
+                max_threads: threads,
+                slots: threads,
             },
             waker,
         )

@@ -5,25 +5,30 @@
  * Its ARGs (M0InitArgs.args, in order): each NAME registers a model with
  * M0Host.model_register; `gate=PATH` makes a call holding a /gate request
  * wait until PATH exists (polled every 1 ms, 30 s at most), logging
- * "models_plugin: call SEQ waits for the gate"; `budget=N` refuses a
+ * "models_plugin: call SEQ waits for the gate", and a request with
+ * `hold=NAME` in its query makes its call wait the same way for
+ * PATH.NAME; `budget=N` refuses a
  * request whose model already has N admitted (M0Host.model_in_flight).
  * Init checks what 1.6 promises and refuses (78) when it does not hold:
  * a name registered twice gets the same id, a malformed one
  * M0_ERR_INVALID, and every ARG arrives in `args` with `arg` the first.
  *
  * It admits (M0_CAP_ADMIT) and batches (M0_CAP_BATCH, up to 4 requests):
- *   admit: GET /stats is answered at once, 200 "admitted=N in_flight=A,B,..."
- *          (requests admitted so far; model_in_flight of each model, by
- *          id). Any other request names its model in the query
+ *   admit: GET /stats is answered at once, 200 "admitted=N ended=E
+ *          in_flight=A,B,..." (requests admitted so far; calls that have
+ *          returned; model_in_flight of each model, by id). Any other request names its model in the query
  *          (`model=NAME`): an unknown one is 404; over the budget, 429
  *          "over budget model=NAME in_flight=N"; else request_model(id)
  *          and cost 1 (a request with no `model=` has no model).
  *   handle_batch: every call takes the next number of a sequence (1 for
  *          the first), and answers each request 200
- *          "id=ID model=NAME seq=SEQ size=N models=M1,M2,... late=RC"
- *          where `models` lists the model of each request of the call, as
- *          the plugin saw them, and `late` is what request_model answered
- *          when called outside admit (M0_ERR_STATE, -101).
+ *          "id=ID model=NAME seq=SEQ size=N models=M1,M2,... late=RC
+ *          beside=R1,R2,... thread=T" where `models` lists the model of
+ *          each request of the call, as the plugin saw them, `late` is
+ *          what request_model answered when called outside admit
+ *          (M0_ERR_STATE, -101), `beside` the calls of each model (in the
+ *          order of the ARGs) that were running when this call started,
+ *          and `thread` the call's M0Request.thread_index.
  * Its own metrics: the counter models_plugin_requests_total{model} per
  * request answered, and the histogram models_plugin_batch_size{model}
  * (bounds 1, 2, 4) per call.
@@ -51,6 +56,9 @@ static int32_t ids[MODELS];
 static size_t model_count;
 static atomic_ulong calls;
 static atomic_ulong admitted;
+static atomic_ulong ended;
+/* Calls running per model (by index in `names`), the last for none. */
+static atomic_ulong running[MODELS + 1];
 static int32_t requests_metric = -1;
 static int32_t batch_metric = -1;
 
@@ -118,7 +126,8 @@ static int32_t admit(void *state, const M0Request *req, M0Response *resp, uint64
     (void)in_flight;
     char body[256];
     if (path_is(req, "/stats")) {
-        int n = snprintf(body, sizeof body, "admitted=%lu in_flight=", atomic_load(&admitted));
+        int n = snprintf(body, sizeof body, "admitted=%lu ended=%lu in_flight=", atomic_load(&admitted),
+                         atomic_load(&ended));
         for (size_t i = 0; i < model_count && n > 0 && (size_t)n < sizeof body; i++) {
             n += snprintf(body + n, sizeof body - (size_t)n, "%s%llu", i ? "," : "",
                           (unsigned long long)host->model_in_flight((uint32_t)ids[i]));
@@ -145,12 +154,13 @@ static int32_t admit(void *state, const M0Request *req, M0Response *resp, uint64
     return M0_OK;
 }
 
-static void wait_for_gate(unsigned long seq) {
+/* Waits until `path` exists (30 s at most). */
+static void wait_for_gate(unsigned long seq, const char *path) {
     char line[96];
     int n = snprintf(line, sizeof line, "models_plugin: call %lu waits for the gate", seq);
     host->log(M0_LOG_INFO, (const uint8_t *)line, (size_t)n);
     const struct timespec ms = {0, 1000000};
-    for (int i = 0; i < 30000 && gate[0] != '\0' && access(gate, F_OK) != 0; i++) {
+    for (int i = 0; i < 30000 && path[0] != '\0' && access(path, F_OK) != 0; i++) {
         nanosleep(&ms, NULL);
     }
 }
@@ -160,9 +170,17 @@ static const char *name_of(int m) { return m >= 0 ? names[m] : "-"; }
 static int32_t handle_batch(void *state, const M0Request *const *requests, M0Response *const *responses, size_t count) {
     (void)state;
     unsigned long seq = atomic_fetch_add(&calls, 1) + 1;
+    int first = count > 0 ? model_of(requests[0]) : -1;
+    size_t slot = first >= 0 ? (size_t)first : MODELS;
+    char beside[128];
+    int blen = 0;
+    for (size_t i = 0; i < model_count && blen >= 0 && (size_t)blen < sizeof beside; i++) {
+        blen += snprintf(beside + blen, sizeof beside - (size_t)blen, "%s%lu", i ? "," : "",
+                         atomic_load(&running[i]));
+    }
+    atomic_fetch_add(&running[slot], 1);
     char models[512];
     int len = 0;
-    int first = count > 0 ? model_of(requests[0]) : -1;
     for (size_t i = 0; i < count; i++) {
         int m = model_of(requests[i]);
         len += snprintf(models + len, sizeof models - (size_t)len, "%s%s", i ? "," : "", name_of(m));
@@ -171,9 +189,13 @@ static int32_t handle_batch(void *state, const M0Request *const *requests, M0Res
         }
     }
     for (size_t i = 0; i < count; i++) {
+        M0Str hold = query_param(requests[i]->query, "hold");
+        char held[1100];
         if (path_is(requests[i], "/gate")) {
-            wait_for_gate(seq);
-            break;
+            wait_for_gate(seq, gate);
+        } else if (hold.len > 0 && gate[0] != '\0' && hold.len < 64) {
+            snprintf(held, sizeof held, "%s.%.*s", gate, (int)hold.len, (const char *)hold.ptr);
+            wait_for_gate(seq, held);
         }
     }
     M0Header label = {{(const uint8_t *)"model", 5}, {(const uint8_t *)name_of(first), strlen(name_of(first))}};
@@ -183,12 +205,15 @@ static int32_t handle_batch(void *state, const M0Request *const *requests, M0Res
         int32_t late = host->request_model(requests[i], m >= 0 ? (uint32_t)ids[m] : 0);
         M0Str id = query_param(requests[i]->query, "id");
         char body[700];
-        int n = snprintf(body, sizeof body, "id=%.*s model=%s seq=%lu size=%zu models=%.*s late=%d", (int)id.len,
-                         id.len ? (const char *)id.ptr : "", name_of(m), seq, count, len, models, late);
+        int n = snprintf(body, sizeof body, "id=%.*s model=%s seq=%lu size=%zu models=%.*s late=%d beside=%s thread=%u",
+                         (int)id.len, id.len ? (const char *)id.ptr : "", name_of(m), seq, count, len, models, late,
+                         model_count ? beside : "-", requests[i]->thread_index);
         M0Header l = {{(const uint8_t *)"model", 5}, {(const uint8_t *)name_of(m), strlen(name_of(m))}};
         host->metric_record((uint32_t)requests_metric, &l, 1, 1.0);
         text(responses[i], 200, body, n);
     }
+    atomic_fetch_sub(&running[slot], 1);
+    atomic_fetch_add(&ended, 1);
     return M0_OK;
 }
 

@@ -195,6 +195,30 @@ fn batch_plan(desc: &Descriptor, usable_cpus: usize, workers: usize, cap: usize)
     }
 }
 
+/// The calls the worker's CPUs compute at once, for the cap between models
+/// (`job_queue.rs`): a fixed pool's size (a batching plugin's is one batch
+/// per CPU of the worker's part; `--blocking-threads` is the user's word),
+/// else the worker's part of the usable CPUs per call's compute threads.
+pub fn call_slots(plan: &PoolPlan, desc: &Descriptor) -> usize {
+    if plan.adaptive {
+        worker_part(plan.cpus, plan.workers) / desc.compute_threads.max(1) as usize
+    } else {
+        plan.initial
+    }
+    .max(1)
+}
+
+/// The most handler threads at once, lanes for models included
+/// (`job_queue.rs`): the plan's maximum, and one more where the event loop
+/// never calls the plugin (`loop_calls`: neither inline nor loop calls),
+/// since a thread index below `max + 1` is then free for it (the contract
+/// of `M0Request.thread_index`). A plugin that caps its concurrency gets
+/// no more than its plan.
+pub fn max_threads(plan: &PoolPlan, desc: &Descriptor, loop_calls: bool) -> usize {
+    let free_index = !loop_calls && desc.concurrency_cap() == u32::MAX;
+    plan.max + usize::from(free_index)
+}
+
 /// Whether the event loop calls the plugin itself (`M0_CAP_INLINE`), and
 /// why, for the log and `--doctor`.
 pub fn inline_calls(desc: &Descriptor, no_inline: bool) -> (bool, &'static str) {
@@ -367,5 +391,37 @@ mod tests {
             false,
         );
         assert_eq!((p.initial, p.min, p.max, p.adaptive), (8, 8, 8, false));
+    }
+
+    #[test]
+    fn lanes_take_the_loops_index_only_where_the_loop_never_calls() {
+        let native = desc(CallModel::Reentrant, ProcessLock::None, 1);
+        let batching = plan(&native, None, 2, 1, true);
+        assert_eq!(max_threads(&batching, &native, false), 3);
+        // An inline or loop-calling worker's loop holds that index.
+        assert_eq!(max_threads(&batching, &native, true), 2);
+        // A plugin that caps its concurrency never gets a call past its plan.
+        let mut capped = native.clone();
+        capped.max_concurrency = 2;
+        assert_eq!(
+            max_threads(&plan(&capped, None, 2, 1, true), &capped, false),
+            2
+        );
+        let serial = desc(CallModel::Serialized, ProcessLock::None, 1);
+        assert_eq!(
+            max_threads(&plan(&serial, None, 8, 1, false), &serial, false),
+            1
+        );
+    }
+
+    #[test]
+    fn the_cap_between_models_counts_the_calls_the_cpus_compute_at_once() {
+        let native = desc(CallModel::Reentrant, ProcessLock::None, 1);
+        assert_eq!(call_slots(&plan(&native, None, 4, 1, true), &native), 4);
+        assert_eq!(call_slots(&plan(&native, Some(3), 4, 1, true), &native), 3);
+        // An adaptive pool: the worker's part of the CPUs per call.
+        let two = desc(CallModel::Reentrant, ProcessLock::None, 2);
+        assert_eq!(call_slots(&plan(&two, None, 8, 2, false), &two), 2);
+        assert_eq!(call_slots(&plan(&two, None, 1, 1, false), &two), 1);
     }
 }
