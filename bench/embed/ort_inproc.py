@@ -86,16 +86,23 @@ def measure(model, sess, tok, sentences: list[str], batch: int, duration: float,
         assert out.shape == (len(c), model.HIDDEN)
         return out
 
-    end = time.perf_counter() + warmup
-    i = 0
+    r = time_calls(one, calls, duration, warmup)
+    fl = sum(call_flops[i % len(calls)] for i in range(r["calls"]))
+    return {"sentences_per_s": r.pop("inputs_per_s"), **r, "gflops": fl / r["wall_s"] / 1e9}
+
+
+def time_calls(one, calls: list, duration: float, warmup: float) -> dict:
+    """Call one(c) for c in `calls`, in turn: `warmup` s untimed, then for `duration` s (the
+    last call ends past it). inputs_per_s counts len(c) per call; p50/p99 per call; cpu_pct is
+    this process's CPU time over the wall time, other_pct what the rest of the machine used
+    meanwhile (the noise the sample saw), % of one core."""
+    end, i = time.perf_counter() + warmup, 0
     while time.perf_counter() < end:
         one(calls[i % len(calls)])
         i += 1
-
-    lat, done, fl = [], 0, 0
+    lat, done = [], 0
     m0, c0, t0 = machine_busy_ticks(), time.process_time(), time.perf_counter()
-    end = t0 + duration
-    i = 0
+    end, i = t0 + duration, 0
     while True:
         c = calls[i % len(calls)]
         s = time.perf_counter()
@@ -103,7 +110,6 @@ def measure(model, sess, tok, sentences: list[str], batch: int, duration: float,
         e = time.perf_counter()
         lat.append(e - s)
         done += len(c)
-        fl += call_flops[i % len(calls)]
         i += 1
         if e >= end:
             break
@@ -111,12 +117,11 @@ def measure(model, sess, tok, sentences: list[str], batch: int, duration: float,
     cpu = time.process_time() - c0
     m1 = machine_busy_ticks()
     return {
-        "sentences_per_s": done / wall,
+        "inputs_per_s": done / wall,
         "calls": len(lat),
         "p50_ms": 1e3 * statistics.median(lat),
         "p99_ms": 1e3 * percentile(lat, 99),
         "cpu_pct": 100.0 * cpu / wall,
-        "gflops": fl / wall / 1e9,
         "other_pct": max(0.0, 100.0 * ((m1 - m0) / CLK_TCK - cpu) / wall),
         "wall_s": wall,
     }

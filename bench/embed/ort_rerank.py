@@ -27,10 +27,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -59,36 +57,12 @@ def measure(sess, tok, duration: float, warmup: float) -> dict:
         assert out.shape == (len(pairs), 1) and np.isfinite(out).all()
         return out
 
-    end, i = time.perf_counter() + warmup, 0
-    while time.perf_counter() < end:
-        one(batches[i % len(batches)])
-        i += 1
-    lat, done = [], 0
-    m0, c0, t0 = ort_inproc.machine_busy_ticks(), time.process_time(), time.perf_counter()
-    end, i = t0 + duration, 0
-    while True:
-        b = batches[i % len(batches)]
-        s = time.perf_counter()
-        one(b)
-        e = time.perf_counter()
-        lat.append(e - s)
-        done += len(b)
-        i += 1
-        if e >= end:
-            break
-    wall = time.perf_counter() - t0
-    cpu = time.process_time() - c0
-    m1 = ort_inproc.machine_busy_ticks()
+    r = ort_inproc.time_calls(one, batches, duration, warmup)
     return {
-        "pairs_per_s": done / wall,
-        "calls": len(lat),
-        "p50_ms": 1e3 * statistics.median(lat),
-        "p99_ms": 1e3 * ort_inproc.percentile(lat, 99),
-        "cpu_pct": 100.0 * cpu / wall,
-        "other_pct": max(0.0, 100.0 * ((m1 - m0) / ort_inproc.CLK_TCK - cpu) / wall),
+        "pairs_per_s": r.pop("inputs_per_s"),
+        **r,
         "tokens_per_call": sum(real) / len(real),
         "padded_per_call": sum(padded) / len(padded),
-        "wall_s": wall,
     }
 
 

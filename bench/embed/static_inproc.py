@@ -20,9 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -69,34 +67,9 @@ def st_encoder(model_dir: Path):
 
 def measure(encode, duration: float, warmup: float) -> dict:
     batches = calls()
-    end, i = time.perf_counter() + warmup, 0
-    while time.perf_counter() < end:
-        encode(batches[i % len(batches)])
-        i += 1
-    lat, done = [], 0
-    m0, c0, t0 = ort_inproc.machine_busy_ticks(), time.process_time(), time.perf_counter()
-    end, i = t0 + duration, 0
-    while True:
-        b = batches[i % len(batches)]
-        s = time.perf_counter()
-        encode(b)
-        e = time.perf_counter()
-        lat.append(e - s)
-        done += len(b)
-        i += 1
-        if e >= end:
-            break
-    wall = time.perf_counter() - t0
-    cpu = time.process_time() - c0
-    m1 = ort_inproc.machine_busy_ticks()
-    return {
-        "sentences_per_s": done / wall,
-        "calls": len(lat),
-        "p50_ms": 1e3 * statistics.median(lat),
-        "p99_ms": 1e3 * ort_inproc.percentile(lat, 99),
-        "cpu_pct": 100.0 * cpu / wall,
-        "other_pct": max(0.0, 100.0 * ((m1 - m0) / ort_inproc.CLK_TCK - cpu) / wall),
-    }
+    r = ort_inproc.time_calls(encode, batches, duration, warmup)
+    del r["wall_s"]
+    return {"sentences_per_s": r.pop("inputs_per_s"), **r}
 
 
 def main() -> int:
