@@ -83,33 +83,7 @@ pub fn admit(flavor: Flavor, inputs: usize, in_flight: u64, limit: usize) -> Res
 /// `body` (1 for a string, or for an array of numbers: one input of token
 /// ids), or None when the scan cannot be sure.
 fn scan_inputs(body: &[u8], key: &[u8]) -> Option<usize> {
-    let mut s = Scan { b: body, i: 0 };
-    s.ws();
-    s.eat(b'{')?;
-    let mut found = None;
-    s.ws();
-    if s.peek() == Some(b'}') {
-        return None;
-    }
-    loop {
-        s.ws();
-        let name = s.plain_string()?;
-        s.ws();
-        s.eat(b':')?;
-        s.ws();
-        if name == key {
-            found = Some(s.count_value()?);
-        } else {
-            s.skip_value()?;
-        }
-        s.ws();
-        match s.next()? {
-            b',' => continue,
-            b'}' => break,
-            _ => return None,
-        }
-    }
-    found
+    scan_member(body, key, |s| s.count_value().map(Some)).flatten()
 }
 
 /// The body's top-level `model`, when it is a string: what picks the model
@@ -131,6 +105,23 @@ pub fn body_model(body: &[u8]) -> Option<String> {
 /// such string, `None` when the scan cannot be sure (escapes, not an
 /// object).
 fn scan_string<'a>(body: &'a [u8], key: &[u8]) -> Option<Option<&'a [u8]>> {
+    scan_member(body, key, |s| match s.peek() {
+        Some(b'"') => s.plain_string().map(Some),
+        _ => s.skip_value().map(|()| None),
+    })
+}
+
+/// Walks the top-level object of `body`: each member named `key` is read
+/// by `read` (which consumes its value: `Some(None)` for a value not of
+/// the shape it wants), the others skipped. The last such member's
+/// reading, as a parser keeps the last of a repeated key; `Some(None)`
+/// when there is none; `None` when the scan cannot be sure (not an object,
+/// escapes, malformed).
+fn scan_member<'a, T>(
+    body: &'a [u8],
+    key: &[u8],
+    mut read: impl FnMut(&mut Scan<'a>) -> Option<Option<T>>,
+) -> Option<Option<T>> {
     let mut s = Scan { b: body, i: 0 };
     s.ws();
     s.eat(b'{')?;
@@ -145,12 +136,9 @@ fn scan_string<'a>(body: &'a [u8], key: &[u8]) -> Option<Option<&'a [u8]>> {
         s.ws();
         s.eat(b':')?;
         s.ws();
-        if name == key && s.peek() == Some(b'"') {
-            found = Some(s.plain_string()?);
+        if name == key {
+            found = read(&mut s)?;
         } else {
-            if name == key {
-                found = None;
-            }
             s.skip_value()?;
         }
         s.ws();
