@@ -177,12 +177,17 @@ impl Backend for Model {
         _args: &InitArgs,
         model: ModelSource<'_>,
     ) -> Result<Model, InitError> {
+        // Before the folder is read: a CPU that cannot run bf16 is the
+        // setting's fault, named as such, not the model's.
+        crate::model::dtype_on_this_cpu(model.settings.dtype)
+            .map_err(|why| InitError::refused(format!("embed: {why}")))?;
         Model::load(
             model.dir,
             LoadOptions {
                 threads: model.settings.threads,
                 name: model.name,
                 cache_dir: model.settings.cache_dir.clone(),
+                dtype: model.settings.dtype,
             },
         )
         .map_err(|e| InitError::refused(format!("embed: cannot load the model: {e}")))

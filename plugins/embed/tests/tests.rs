@@ -6,6 +6,7 @@ mod common;
 
 mod all_mpnet;
 mod bad_folders;
+mod bf16;
 mod cache;
 mod families;
 mod minilm;

@@ -117,6 +117,10 @@ impl Backend for PyBackend {
         model: ModelSource<'_>,
     ) -> Result<PyBackend, InitError> {
         let gil = declared_gil().map_err(InitError::refused)?;
+        model
+            .settings
+            .refuse_bfloat16_for("pyembed", "a Python backend module")
+            .map_err(InitError::refused)?;
         let module = args.arg.trim().to_owned();
         if !is_dotted_name(&module) {
             return Err(InitError::refused(format!(

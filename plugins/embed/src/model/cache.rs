@@ -1,5 +1,5 @@
-//! The packed weights cache: every weight of the encoder as f32 in the
-//! layout the kernels read (dense layers in 64-column panels), written once
+//! The packed weights cache: every weight of the encoder in the layout the
+//! kernels read (dense layers in 64-column panels), written once
 //! from model.safetensors and then mapped read-only and shared
 //! (`MAP_SHARED`) by every worker, so the page cache holds the one copy
 //! that all of them compute on.
@@ -36,6 +36,17 @@
 //! root (`classifier.weight`). An embedder's table is what it was before
 //! heads existed, so its cache is too (no version bump).
 //!
+//! A model that computes in bf16 has a cache of its own, `model.bf16.m0embed`
+//! (`NAME.bf16.m0embed` in a cache folder), beside the f32 one, so both
+//! coexist: the same file but for its dense layers' weights, which are bf16
+//! in the pair layout the bf16 kernels read (`layers/linear/bf16.rs`):
+//! `"layout": "pairs"`, `shape` = `[panels, ceil(in / 2), 64, 2]`, element
+//! `[p][kk][j][t]` = the weight of input 2kk + t for output 64p + j (half
+//! the bytes). Its table says `"dtype": "bfloat16"` (an f32 table has no
+//! `dtype`: it is the table it always was), and since a cache is used only
+//! when its table is the one expected, a file of one dtype is never read as
+//! the other, whatever its name.
+//!
 //! A cache is used only when all of it checks: magic, version, length,
 //! the source's size and mtime, the table (against the architecture's
 //! declaration from config.json)
@@ -46,7 +57,8 @@
 //! the same file.
 
 use super::error::ModelError;
-use super::layers::linear::{PANEL, pack_panels};
+use super::layers::linear::bf16::{pack_pairs, pairs_len};
+use super::layers::linear::{Linear, PANEL, Precision, Weights, pack_panels};
 use super::mmap::{Mapping, Tensor};
 use super::tensors::{Naming, Origin, TensorList};
 use super::weights::SafeTensors;
@@ -58,12 +70,15 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-// The cache holds little-endian f32s that the kernels read in place.
+// The cache holds little-endian f32s (and bf16s) that the kernels read in
+// place.
 #[cfg(target_endian = "big")]
-compile_error!("the packed weights cache is little-endian f32, read in place");
+compile_error!("the packed weights cache is little-endian, read in place");
 
 /// The cache's name beside model.safetensors.
 pub const FILE_NAME: &str = "model.m0embed";
+/// The bf16 cache's name beside model.safetensors.
+pub const FILE_NAME_BF16: &str = "model.bf16.m0embed";
 
 const MAGIC: &[u8; 8] = b"M0EMBED\0";
 /// Bumped whenever the layout of the file or of a tensor changes.
@@ -87,7 +102,10 @@ struct Spec {
     columns: Option<usize>,
     /// Bytes from data_start.
     offset: usize,
+    /// Elements: f32s, or bf16s for a bf16 cache's dense weights.
     len: usize,
+    /// A dense weight stored as bf16 pairs.
+    pairs: bool,
     origin: Origin,
     /// Read at the file's root, not under its prefix.
     root: bool,
@@ -102,23 +120,40 @@ struct Plan {
     file_len: usize,
 }
 
+impl Spec {
+    fn bytes(&self) -> usize {
+        self.len * if self.pairs { 2 } else { 4 }
+    }
+}
+
 impl Plan {
-    fn new(list: TensorList) -> Plan {
+    /// The file for `list`, its dense weights as bf16 pairs when `bf16`.
+    fn new(list: TensorList, bf16: bool) -> Plan {
         let mut offset = 0;
         let specs: Vec<Spec> = list
             .tensors
             .into_iter()
             .map(|d| {
+                let pairs = bf16 && matches!(d.origin, Origin::Panels { .. });
+                let (shape, len) = match &d.origin {
+                    Origin::Panels { k, .. } if pairs => {
+                        let n = d.columns.expect("a dense weight's columns");
+                        let shape = vec![n.div_ceil(PANEL), k.div_ceil(2), PANEL, 2];
+                        (shape, pairs_len(*k, n))
+                    }
+                    _ => (d.shape, d.len),
+                };
                 let s = Spec {
                     name: d.name,
-                    shape: d.shape,
+                    shape,
                     columns: d.columns,
                     offset,
-                    len: d.len,
+                    len,
+                    pairs,
                     origin: d.origin,
                     root: d.root,
                 };
-                offset += (s.len * 4).next_multiple_of(ALIGN);
+                offset += s.bytes().next_multiple_of(ALIGN);
                 s
             })
             .collect();
@@ -129,7 +164,11 @@ impl Plan {
                     "name": s.name,
                     "shape": s.shape,
                     "offset": s.offset,
-                    "layout": if s.columns.is_some() { "panels" } else { "rows" },
+                    "layout": match (s.pairs, s.columns) {
+                        (true, _) => "pairs",
+                        (false, Some(_)) => "panels",
+                        (false, None) => "rows",
+                    },
                 });
                 if let Some(c) = s.columns {
                     t["columns"] = c.into();
@@ -137,13 +176,16 @@ impl Plan {
                 t
             })
             .collect();
-        let json = serde_json::json!({
+        let mut json = serde_json::json!({
             "format": "m0embed",
             "version": VERSION,
             "panel": PANEL,
             "tensors": table,
-        })
-        .to_string();
+        });
+        if bf16 {
+            json["dtype"] = "bfloat16".into();
+        }
+        let json = json.to_string();
         let data_start = (FIXED + json.len()).next_multiple_of(PAGE);
         Plan {
             specs,
@@ -207,6 +249,8 @@ fn feed(lanes: &mut [u64; 4], data: &[u8]) {
 pub(crate) struct Packed {
     map: Arc<Mapping>,
     plan: Plan,
+    /// How its dense layers compute (bf16 pairs in a bf16 cache).
+    precision: Precision,
     pub path: PathBuf,
     /// Why it was written by this process (`missing`, `stale: ...`,
     /// `damaged: ...`); None when it was found valid.
@@ -214,15 +258,38 @@ pub(crate) struct Packed {
 }
 
 impl Packed {
-    /// The tensor `name` of the table, in the mapping.
-    pub(crate) fn tensor(&self, name: &str) -> Tensor {
-        let s = self
-            .plan
+    fn spec(&self, name: &str) -> &Spec {
+        self.plan
             .specs
             .iter()
             .find(|s| s.name == name)
-            .unwrap_or_else(|| panic!("{name} is not in the cache's plan"));
+            .unwrap_or_else(|| panic!("{name} is not in the cache's plan"))
+    }
+
+    /// The f32 tensor `name` of the table, in the mapping.
+    pub(crate) fn tensor(&self, name: &str) -> Tensor {
+        let s = self.spec(name);
+        assert!(
+            !s.pairs,
+            "{name} is bf16 pairs: a dense layer's (Packed::linear)"
+        );
         Tensor::mapped(&self.map, self.plan.data_start + s.offset, s.len)
+    }
+
+    /// The dense layer `name` (`{name}.weight` and `{name}.bias`), `k`
+    /// inputs and `n` outputs, in the mapping, computing as the cache was
+    /// opened for. Panics when k and n are not the table's.
+    pub(crate) fn linear(&self, name: &str, k: usize, n: usize) -> Linear {
+        let s = self.spec(&format!("{name}.weight"));
+        let at = self.plan.data_start + s.offset;
+        let w = match self.precision {
+            Precision::F32 => Weights::F32(Tensor::mapped(&self.map, at, s.len)),
+            Precision::Bf16(kernel) => Weights::Bf16 {
+                w: Tensor::mapped(&self.map, at, s.len),
+                kernel,
+            },
+        };
+        Linear::new(w, self.tensor(&format!("{name}.bias")), k, n)
     }
 
     /// Bytes of tensors mapped.
@@ -361,7 +428,11 @@ fn write(st: &SafeTensors, plan: &Plan, source: Source, tmp: &Path) -> Result<()
     for s in &plan.specs {
         let get =
             |name: &str, shape: &[usize]| st.get_at(name, shape, s.root).map_err(BuildError::Model);
-        let data: Vec<f32> = match &s.origin {
+        let f32s = |data: Vec<f32>| -> Vec<u8> {
+            assert_eq!(data.len(), s.len, "{} as planned", s.name);
+            data.iter().flat_map(|f| f.to_le_bytes()).collect()
+        };
+        let mut bytes = match &s.origin {
             Origin::Rows {
                 name,
                 shape,
@@ -369,7 +440,7 @@ fn write(st: &SafeTensors, plan: &Plan, source: Source, tmp: &Path) -> Result<()
                 take,
             } => {
                 let v = get(name, shape)?;
-                v[*skip..*skip + *take].to_vec()
+                f32s(v[*skip..*skip + *take].to_vec())
             }
             Origin::Panels { parts, k } => {
                 let ws = parts
@@ -381,20 +452,24 @@ fn write(st: &SafeTensors, plan: &Plan, source: Source, tmp: &Path) -> Result<()
                     .zip(parts)
                     .map(|(w, (_, cols))| (&w[..], *cols))
                     .collect();
-                pack_panels(&sized, *k)
+                if s.pairs {
+                    let pairs = pack_pairs(&sized, *k);
+                    assert_eq!(pairs.len(), s.len, "{} as planned", s.name);
+                    pairs.iter().flat_map(|h| h.to_le_bytes()).collect()
+                } else {
+                    f32s(pack_panels(&sized, *k))
+                }
             }
             Origin::Biases(parts) => {
                 let mut v = Vec::with_capacity(s.len);
                 for (n, cols) in parts {
                     v.extend(get(&format!("{n}.bias"), &[*cols])?);
                 }
-                v
+                f32s(v)
             }
-            Origin::Zeros => vec![0.0; s.len],
+            Origin::Zeros => f32s(vec![0.0; s.len]),
         };
-        assert_eq!(data.len(), s.len, "{} as planned", s.name);
-        let mut bytes: Vec<u8> = data.iter().flat_map(|f| f.to_le_bytes()).collect();
-        bytes.resize((s.len * 4).next_multiple_of(ALIGN), 0);
+        bytes.resize(s.bytes().next_multiple_of(ALIGN), 0);
         feed(&mut lanes, &bytes);
         file.write_all_at(&bytes, (plan.data_start + s.offset) as u64)
             .map_err(io("cannot write", tmp))?;
@@ -426,8 +501,9 @@ fn user_cache() -> PathBuf {
 }
 
 /// The cache's name in a shared cache folder: the model folder's name and
-/// a hash of its full path, so that two models never share a name.
-fn name_in_cache_dir(model: &Path) -> String {
+/// a hash of its full path, so that two models never share a name, and
+/// `.bf16` before the extension for a bf16 cache.
+fn name_in_cache_dir(model: &Path, bf16: bool) -> String {
     let full = std::fs::canonicalize(model).unwrap_or_else(|_| model.to_path_buf());
     let mut h = OFFSET_BASIS;
     for b in full.as_os_str().as_encoded_bytes() {
@@ -446,7 +522,8 @@ fn name_in_cache_dir(model: &Path) -> String {
             }
         })
         .collect();
-    format!("{folder}-{h:016x}.m0embed")
+    let dtype = if bf16 { ".bf16" } else { "" };
+    format!("{folder}-{h:016x}{dtype}.m0embed")
 }
 
 /// The model folder's weights, packed and mapped: from a valid cache when
@@ -455,11 +532,13 @@ fn name_in_cache_dir(model: &Path) -> String {
 ///
 /// `cache_dir` ([`ENV_CACHE_DIR`]) is where the cache goes; None tries
 /// beside model.safetensors, then the per-user cache folder (for model
-/// folders this user cannot write).
+/// folders this user cannot write). `precision` picks the cache (f32, or
+/// bf16 pairs) and how its dense layers compute.
 pub(crate) fn open(
     model: &Path,
     tensors: TensorList,
     cache_dir: Option<&Path>,
+    precision: Precision,
 ) -> Result<Packed, ModelError> {
     let file = model.join("model.safetensors");
     let source = match source_of(&file) {
@@ -474,12 +553,14 @@ pub(crate) fn open(
             ));
         }
     };
-    let plan = Plan::new(tensors);
+    let bf16 = matches!(precision, Precision::Bf16(_));
+    let plan = Plan::new(tensors, bf16);
+    let here = if bf16 { FILE_NAME_BF16 } else { FILE_NAME };
     let places: Vec<PathBuf> = match cache_dir {
-        Some(d) => vec![d.join(name_in_cache_dir(model))],
+        Some(d) => vec![d.join(name_in_cache_dir(model, bf16))],
         None => vec![
-            model.join(FILE_NAME),
-            user_cache().join(name_in_cache_dir(model)),
+            model.join(here),
+            user_cache().join(name_in_cache_dir(model, bf16)),
         ],
     };
     let mut why = None;
@@ -489,6 +570,7 @@ pub(crate) fn open(
                 return Ok(Packed {
                     map,
                     plan,
+                    precision,
                     path: path.clone(),
                     built: None,
                 });
@@ -505,6 +587,7 @@ pub(crate) fn open(
                 return Ok(Packed {
                     map,
                     plan,
+                    precision,
                     path: path.clone(),
                     built: if wrote { why } else { None },
                 });

@@ -5,6 +5,7 @@
 //! the pass ends (an allocator would keep the largest pass's pages).
 
 use std::fs::File;
+use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
@@ -63,22 +64,24 @@ impl Mapping {
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 
-    /// `len` f32s from byte `offset`. Panics when they are not inside the
-    /// mapping or `offset` is not 4-aligned (the cache's offsets are
-    /// 64-aligned from a page-aligned base).
-    fn f32s(&self, offset: usize, len: usize) -> &[f32] {
+    /// `len` elements from byte `offset`. Panics when they are not inside
+    /// the mapping or `offset` is not aligned for `T` (the cache's offsets
+    /// are 64-aligned from a page-aligned base).
+    fn elements<T: Element>(&self, offset: usize, len: usize) -> &[T] {
+        let size = std::mem::size_of::<T>();
         let end = len
-            .checked_mul(4)
+            .checked_mul(size)
             .and_then(|b| b.checked_add(offset))
             .expect("tensor size overflows");
         assert!(
-            end <= self.len && offset.is_multiple_of(4),
+            end <= self.len && offset.is_multiple_of(std::mem::align_of::<T>()),
             "tensor [{offset}, {end}) outside the {}-byte mapping",
             self.len
         );
         // SAFETY: in bounds and aligned (asserted; the base is a page);
-        // every bit pattern is an f32; the memory is never written.
-        unsafe { std::slice::from_raw_parts(self.ptr.add(offset).cast::<f32>(), len) }
+        // every bit pattern is a valid T (Element's contract); the memory
+        // is never written.
+        unsafe { std::slice::from_raw_parts(self.ptr.add(offset).cast::<T>(), len) }
     }
 }
 
@@ -90,38 +93,54 @@ impl Drop for Mapping {
     }
 }
 
-/// A weight: f32s in a mapping shared with other processes (or, in the
-/// kernels' own tests, on the heap).
-pub(crate) enum Tensor {
+/// What a tensor may hold: plain numbers for which every bit pattern is a
+/// value, read in place from the cache file.
+///
+/// # Safety
+/// Every bit pattern of `size_of::<Self>()` bytes is a valid `Self`.
+pub(crate) unsafe trait Element: Copy + 'static {}
+// SAFETY: every 32-bit pattern is an f32 (NaNs included).
+unsafe impl Element for f32 {}
+// SAFETY: every 16-bit pattern is a u16; bf16 weights are their bits.
+unsafe impl Element for u16 {}
+
+/// A weight: elements (f32 by default; `u16` for the bits of bf16 weights)
+/// in a mapping shared with other processes (or, in the kernels' own
+/// tests, on the heap).
+pub(crate) enum Tensor<T: Element = f32> {
     #[cfg(test)]
-    Heap(Vec<f32>),
+    Heap(Vec<T>),
     Mapped {
         map: Arc<Mapping>,
         offset: usize,
         len: usize,
+        of: PhantomData<T>,
     },
 }
 
-impl Tensor {
-    /// `len` f32s at byte `offset` of `map`; panics when out of bounds (the
-    /// cache's table is checked against its size before this).
-    pub(crate) fn mapped(map: &Arc<Mapping>, offset: usize, len: usize) -> Tensor {
-        let _ = map.f32s(offset, len);
+impl<T: Element> Tensor<T> {
+    /// `len` elements at byte `offset` of `map`; panics when out of bounds
+    /// (the cache's table is checked against its size before this).
+    pub(crate) fn mapped(map: &Arc<Mapping>, offset: usize, len: usize) -> Tensor<T> {
+        let _ = map.elements::<T>(offset, len);
         Tensor::Mapped {
             map: Arc::clone(map),
             offset,
             len,
+            of: PhantomData,
         }
     }
 }
 
-impl Deref for Tensor {
-    type Target = [f32];
-    fn deref(&self) -> &[f32] {
+impl<T: Element> Deref for Tensor<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
         match self {
             #[cfg(test)]
             Tensor::Heap(v) => v,
-            Tensor::Mapped { map, offset, len } => map.f32s(*offset, *len),
+            Tensor::Mapped {
+                map, offset, len, ..
+            } => map.elements(*offset, *len),
         }
     }
 }
@@ -228,7 +247,9 @@ mod tests {
         let map = Arc::new(Mapping::file(&File::open(&path).unwrap()).unwrap());
         std::fs::remove_file(&path).unwrap();
         assert_eq!(map.bytes(), &bytes[..]);
-        let t = Tensor::mapped(&map, 4, 3);
+        let t: Tensor = Tensor::mapped(&map, 4, 3);
         assert_eq!(&t[..], &floats[1..]);
+        let halves: Tensor<u16> = Tensor::mapped(&map, 2, 3);
+        assert_eq!(halves[0], (1.5f32.to_bits() >> 16) as u16);
     }
 }

@@ -1,4 +1,5 @@
-//! A native, pure-Rust f32 forward pass of a sentence-transformers encoder:
+//! A native, pure-Rust forward pass (f32, or bf16 dense layers on CPUs with
+//! AMX-BF16 or AVX512-BF16: [`LoadOptions::dtype`]) of a sentence-transformers encoder:
 //! BERT (all-MiniLM-L6-v2 and its kin), RoBERTa, XLM-RoBERTa, CamemBERT,
 //! DistilBERT, MPNet and ModernBERT ([`SUPPORTED_MODEL_TYPES`]).
 //!
@@ -123,6 +124,9 @@ pub use static_folder::static_module;
 pub use task::Task;
 pub use tokenize::{Encoded, Side, TokenSpan, TokenizeError, Tokenizer, TooLong};
 
+pub use crate::settings::Dtype;
+
+use layers::linear::{Bf16Kernel, Precision};
 use std::path::{Path, PathBuf};
 
 /// How to load a model.
@@ -143,6 +147,13 @@ pub struct LoadOptions {
     /// cache folder ($XDG_CACHE_HOME or ~/.cache, then m0serve/embed) when
     /// the model's folder cannot be written.
     pub cache_dir: Option<PathBuf>,
+    /// The dense layers' compute type ([`crate::settings::ENV_DTYPE`]'s
+    /// values): [`Dtype::Float32`] by default here, so that a library
+    /// caller gets f32 unless it asks (the plugin passes the variable,
+    /// whose default is [`Dtype::Auto`]). bfloat16 rounds the dense layers'
+    /// weights and inputs to bf16 and sums in f32: a CPU without AMX-BF16
+    /// or AVX512-BF16 refuses it ([`dtype_on_this_cpu`]).
+    pub dtype: Dtype,
 }
 
 impl Default for LoadOptions {
@@ -151,7 +162,52 @@ impl Default for LoadOptions {
             threads: 1,
             name: None,
             cache_dir: None,
+            dtype: Dtype::Float32,
         }
+    }
+}
+
+/// The compute type `dtype` means on this CPU: `"float32"` or
+/// `"bfloat16"` (TEI's names, as [`ModelInfo::dtype`] reports them). A
+/// forced bfloat16 on a CPU with neither AMX-BF16 (granted by the OS) nor
+/// AVX512-BF16 is refused, naming the missing features, the variable and
+/// the fix.
+pub fn dtype_on_this_cpu(dtype: Dtype) -> Result<&'static str, String> {
+    precision(dtype).map(|p| dtype_name(&p))
+}
+
+fn dtype_name(p: &Precision) -> &'static str {
+    match p {
+        Precision::F32 => "float32",
+        Precision::Bf16(_) => "bfloat16",
+    }
+}
+
+/// How the dense layers compute for `dtype` on this CPU.
+fn precision(dtype: Dtype) -> Result<Precision, String> {
+    let kernel = Bf16Kernel::detect();
+    match (dtype, kernel) {
+        (Dtype::Float32, _) | (Dtype::Auto, None) => Ok(Precision::F32),
+        (Dtype::Auto | Dtype::Bfloat16, Some(k)) => Ok(Precision::Bf16(k)),
+        (Dtype::Bfloat16, None) => Err(format!(
+            "{}=bfloat16, and this CPU has neither avx512_bf16 nor amx_bf16 (the bf16 \
+             instructions the encoder's bf16 kernels run on: AVX512-BF16 on AMD Zen 4 and \
+             later or Intel Cooper Lake and Sapphire Rapids, AMX-BF16 on Sapphire Rapids and \
+             later, with a Linux that grants AMX's tile state); unset {} (auto computes in \
+             float32 on this CPU) or set it to float32",
+            crate::settings::ENV_DTYPE,
+            crate::settings::ENV_DTYPE
+        )),
+    }
+}
+
+/// What `--doctor` reports as `embed.kernels`: the dense layers' products.
+fn kernels_name(p: &Precision, isa: kernels::Isa) -> &'static str {
+    match (p, isa) {
+        (Precision::Bf16(k), _) => k.name(),
+        (Precision::F32, kernels::Isa::Avx512) => "avx512f f32 panels, gemm",
+        (Precision::F32, kernels::Isa::Avx2) => "avx2+fma f32 panels, gemm",
+        (Precision::F32, kernels::Isa::Scalar) => "gemm f32",
     }
 }
 
@@ -198,8 +254,13 @@ pub struct ModelInfo {
     /// Why this process wrote [`ModelInfo::weights_file`] (it was missing,
     /// stale or damaged); `None` when it found it valid.
     pub weights_built: Option<String>,
-    /// The compute type, `"float32"`.
+    /// The dense layers' compute type, `"float32"` or `"bfloat16"` (TEI's
+    /// names; everything else computes in f32).
     pub dtype: &'static str,
+    /// The dense layers' products, for `--doctor` (`"avx2+fma f32 panels,
+    /// gemm"`, `"avx512-bf16"`, `"amx-bf16"`...); empty for a forward pass
+    /// that runs elsewhere.
+    pub kernels: &'static str,
     /// Compute threads per embed call ([`LoadOptions::threads`]).
     pub threads: usize,
 }
@@ -313,6 +374,7 @@ impl Folder {
             weights_file: None,
             weights_built: None,
             dtype: "float32",
+            kernels: "",
             threads,
         }
     }
@@ -353,6 +415,24 @@ impl Model {
     /// with config.json (names with or without the architecture's prefix,
     /// `bert.` say, are both read), a damaged file.
     pub fn load(dir: &Path, opts: LoadOptions) -> Result<Model, ModelError> {
+        let precision = precision(opts.dtype).map_err(|why| {
+            let (problem, fix) = why.rsplit_once("; ").unwrap_or((&why, ""));
+            ModelError::new(dir, problem, fix)
+        })?;
+        Model::load_with(dir, opts, precision)
+    }
+
+    /// [`Model::load`] in bfloat16 with the portable reference kernel, on
+    /// any CPU: for tests that prove the bf16 path (weights' layout,
+    /// rounding, cache, accuracy) where the CPU has no bf16 instructions.
+    /// Slow, and never what the server runs: its settings reach
+    /// [`Model::load`] only. `opts.dtype` is ignored.
+    #[doc(hidden)]
+    pub fn load_bf16_reference(dir: &Path, opts: LoadOptions) -> Result<Model, ModelError> {
+        Model::load_with(dir, opts, Precision::Bf16(Bf16Kernel::Portable))
+    }
+
+    fn load_with(dir: &Path, opts: LoadOptions, precision: Precision) -> Result<Model, ModelError> {
         if static_folder::static_module(dir).is_some() {
             return Err(ModelError::new(
                 &dir.join("modules.json"),
@@ -372,7 +452,7 @@ impl Model {
         if let Some(head) = &folder.head {
             head.declare(&mut tensors, hidden);
         }
-        let packed = cache::open(dir, tensors, opts.cache_dir.as_deref())?;
+        let packed = cache::open(dir, tensors, opts.cache_dir.as_deref(), precision)?;
         let encoder = folder.arch.encoder(&packed, folder.max_len, isa);
         let head = folder
             .head
@@ -402,6 +482,8 @@ impl Model {
         let mut info = folder.info(dir, opts.name, packed.bytes(), threads);
         info.weights_file = Some(packed.path.clone());
         info.weights_built = packed.built.clone();
+        info.dtype = dtype_name(&precision);
+        info.kernels = kernels_name(&precision, isa);
         Ok(Model {
             info,
             tokenizer: folder.tokenizer,

@@ -94,6 +94,7 @@ pub(crate) fn describe(
         weights_file: None,
         weights_built: None,
         dtype: "float32",
+        kernels: "",
         threads: 1,
     };
     Ok((info, tokenizer))

@@ -108,6 +108,13 @@ impl Backend for NativeBackend {
                 "embed: {ENV_BACKEND} is not set; set it to a backend library's path"
             ))
         })?;
+        model
+            .settings
+            .refuse_bfloat16_for(
+                "embed",
+                &format!("the backend {ENV_BACKEND}={}", path.display()),
+            )
+            .map_err(InitError::refused)?;
         let library = Library::open(&path)?;
         let (info, tokenizer) = model::describe_folder(model.dir, model.name)
             .map_err(|e| InitError::refused(format!("embed: cannot read the model: {e}")))?;

@@ -176,7 +176,10 @@ impl<B: Backend> Served<B> {
                     .map(|p| p.display().to_string())
                     .unwrap_or_default(),
             ),
+            // M0_EMBED_DTYPE as this CPU resolved it, and the dense
+            // layers' products that compute it.
             ("dtype", m.dtype.to_string()),
+            ("kernels", m.kernels.to_string()),
             ("threads", m.threads.to_string()),
             ("served_model_name", served_name.clone()),
             ("prompts", prompt_names),
@@ -217,7 +220,9 @@ impl<B: Backend> Served<B> {
             };
             for (key, value) in model_facts.iter().chain(settings) {
                 // Held outside this process (another runtime's): not known.
-                if *key == "weight_bytes" && m.weight_bytes == 0 {
+                if (*key == "weight_bytes" && m.weight_bytes == 0)
+                    || (*key == "kernels" && m.kernels.is_empty())
+                {
                     continue;
                 }
                 if key.starts_with("weights_") && m.weights_file.is_none() {
@@ -228,13 +233,17 @@ impl<B: Backend> Served<B> {
                 let _ = host.fact(&format!("{prefix}{key}"), value);
             }
         }
+        let weights_of = match m.dtype {
+            "bfloat16" => "weights (dense layers bf16)",
+            _ => "f32 weights",
+        };
         let weights = if let Some(file) = &m.weights_file {
             let built = m
                 .weights_built
                 .as_ref()
                 .map_or(String::new(), |why| format!(", written now: it was {why}"));
             format!(
-                ", {:.1} MB of f32 weights mapped shared from {}{built}",
+                ", {:.1} MB of {weights_of} mapped shared from {}{built}",
                 m.weight_bytes as f64 / 1e6,
                 file.display()
             )

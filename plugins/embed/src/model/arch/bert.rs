@@ -278,14 +278,7 @@ impl Architecture for PostNorm {
             b: t(&format!("{name}.bias")),
             eps: self.eps,
         };
-        let dense = |name: &str, k: usize, n: usize| {
-            Linear::new(
-                t(&format!("{name}.weight")),
-                t(&format!("{name}.bias")),
-                k,
-                n,
-            )
-        };
+        let dense = |name: &str, k: usize, n: usize| packed.linear(name, k, n);
         let n = &self.names;
         let max_len = max_len.min(self.dims.max_tokens);
         let relative = self

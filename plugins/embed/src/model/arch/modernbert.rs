@@ -266,14 +266,7 @@ impl Architecture for ModernBert {
             b: t(&format!("{name}.bias")),
             eps: self.eps,
         };
-        let dense = |name: &str, k: usize, n: usize| {
-            Linear::new(
-                t(&format!("{name}.weight")),
-                t(&format!("{name}.bias")),
-                k,
-                n,
-            )
-        };
+        let dense = |name: &str, k: usize, n: usize| packed.linear(name, k, n);
         let layers = (0..self.dims.layers)
             .map(|l| Layer {
                 attn_norm: (l > 0).then(|| ln(&layer_name(l, "attn_norm"))),

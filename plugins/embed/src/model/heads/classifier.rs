@@ -216,14 +216,7 @@ impl Spec {
     /// The head over the packed cache's tensors.
     pub(crate) fn load(&self, packed: &Packed, hidden: usize, isa: Isa) -> Classifier {
         let t = |name: &str| packed.tensor(name);
-        let linear = |name: &str, n: usize| {
-            Linear::new(
-                t(&format!("{name}.weight")),
-                t(&format!("{name}.bias")),
-                hidden,
-                n,
-            )
-        };
+        let linear = |name: &str, n: usize| packed.linear(name, hidden, n);
         Classifier {
             pool: self.pool,
             dense: linear(&self.dense, hidden),

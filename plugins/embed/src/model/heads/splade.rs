@@ -183,12 +183,7 @@ impl Spec {
         let t = |name: &str| packed.tensor(name);
         let h = self.hidden;
         Splade {
-            transform: Linear::new(
-                t(&format!("{TRANSFORM}.weight")),
-                t(&format!("{TRANSFORM}.bias")),
-                h,
-                h,
-            ),
+            transform: packed.linear(TRANSFORM, h, h),
             norm: LayerNorm {
                 g: t(&format!("{TRANSFORM_NORM}.weight")),
                 b: t(&format!("{TRANSFORM_NORM}.bias")),

@@ -14,9 +14,16 @@
 //!   PANEL]` right-hand side.
 //!
 //! Panels are split over the call's threads (disjoint output columns).
+//!
+//! A layer's weights are f32 panels, or bf16 in the pair layout of
+//! `linear/bf16.rs` where the model computes in bf16: there the product is
+//! one of its kernels (AMX-BF16, AVX512-BF16, or the portable reference in
+//! tests) at every row count.
 
 use crate::model::kernels::Isa;
 use crate::model::mmap::Tensor;
+
+pub(crate) use bf16::Bf16Kernel;
 
 /// Output columns per panel: four AVX-512 vectors.
 pub(crate) const PANEL: usize = 64;
@@ -30,10 +37,27 @@ pub(crate) const SMALL_M: usize = 64;
 /// 115 ms instead of 105) on an AMD EPYC without AVX-512, 2026-12-05.
 pub(crate) const SMALL_M_AVX2: usize = 24;
 
+/// How a model's dense layers compute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Precision {
+    /// f32 panels: the f32 kernels and gemm, by [`Isa`].
+    F32,
+    /// bf16 pairs, by this kernel.
+    Bf16(Bf16Kernel),
+}
+
+/// A dense layer's weight, as the model computes it.
+pub(crate) enum Weights {
+    /// `[panels][k][PANEL]` f32, columns past `n` zero.
+    F32(Tensor),
+    /// `[panels][ceil(k / 2)][PANEL][2]` bf16 pairs (`linear/bf16.rs`),
+    /// multiplied by `kernel`.
+    Bf16 { w: Tensor<u16>, kernel: Bf16Kernel },
+}
+
 /// A dense layer's weight in panels, and its bias.
 pub(crate) struct Linear {
-    /// `[panels][k][PANEL]`, columns past `n` zero.
-    w: Tensor,
+    w: Weights,
     /// `[n]`.
     pub b: Tensor,
     pub k: usize,
@@ -63,14 +87,14 @@ pub(crate) fn pack_panels(parts: &[(&[f32], usize)], k: usize) -> Vec<f32> {
 }
 
 impl Linear {
-    /// Over packed panels ([`pack_panels`]) and the n biases; panics when
-    /// their sizes disagree with k and n.
-    pub(crate) fn new(w: Tensor, b: Tensor, k: usize, n: usize) -> Linear {
-        assert_eq!(
-            w.len(),
-            n.div_ceil(PANEL) * k * PANEL,
-            "panels of {k} x {n}"
-        );
+    /// Over packed panels ([`pack_panels`], or [`bf16::pack_pairs`]) and
+    /// the n biases; panics when their sizes disagree with k and n.
+    pub(crate) fn new(w: Weights, b: Tensor, k: usize, n: usize) -> Linear {
+        let (len, want) = match &w {
+            Weights::F32(w) => (w.len(), n.div_ceil(PANEL) * k * PANEL),
+            Weights::Bf16 { w, .. } => (w.len(), bf16::pairs_len(k, n)),
+        };
+        assert_eq!(len, want, "panels of {k} x {n}");
         assert_eq!(b.len(), n, "biases of {n} columns");
         Linear { w, b, k, n }
     }
@@ -82,7 +106,23 @@ impl Linear {
         let sized: Vec<(&[f32], usize)> = parts.iter().map(|&(w, b)| (w, b.len())).collect();
         let b: Vec<f32> = parts.iter().flat_map(|(_, b)| b.iter().copied()).collect();
         let n = b.len();
-        Linear::new(Tensor::Heap(pack_panels(&sized, k)), Tensor::Heap(b), k, n)
+        let w = Weights::F32(Tensor::Heap(pack_panels(&sized, k)));
+        Linear::new(w, Tensor::Heap(b), k, n)
+    }
+
+    /// [`Linear::from_out_in`] with its weights rounded to bf16 pairs, for
+    /// `kernel`.
+    #[cfg(test)]
+    pub(crate) fn from_out_in_bf16(
+        parts: &[(&[f32], &[f32])],
+        k: usize,
+        kernel: Bf16Kernel,
+    ) -> Linear {
+        let sized: Vec<(&[f32], usize)> = parts.iter().map(|&(w, b)| (w, b.len())).collect();
+        let b: Vec<f32> = parts.iter().flat_map(|(_, b)| b.iter().copied()).collect();
+        let n = b.len();
+        let w = Tensor::Heap(bf16::pack_pairs(&sized, k));
+        Linear::new(Weights::Bf16 { w, kernel }, Tensor::Heap(b), k, n)
     }
 
     fn panels(&self) -> usize {
@@ -151,6 +191,16 @@ unsafe fn panels_product(
     hi: usize,
     out: *mut f32,
 ) {
+    let w = match &lin.w {
+        Weights::F32(w) => w,
+        Weights::Bf16 { w, kernel } => {
+            // SAFETY: the caller's contract; the pairs are lin's (checked
+            // by Linear::new) and the kernel one this CPU runs (detected,
+            // or the portable one).
+            unsafe { bf16::panels_product(*kernel, a, m, lin, w, lo, hi, out) };
+            return;
+        }
+    };
     #[cfg(target_arch = "x86_64")]
     let small = match isa {
         Isa::Avx512 => SMALL_M,
@@ -164,8 +214,8 @@ unsafe fn panels_product(
             // what this CPU runs (Isa::detect or a test's all_supported).
             unsafe {
                 match isa {
-                    Isa::Avx512 => avx512::panel(a, m, lin, p, out),
-                    _ => avx2::panel(a, m, lin, p, out),
+                    Isa::Avx512 => avx512::panel(a, m, lin, w, p, out),
+                    _ => avx2::panel(a, m, lin, w, p, out),
                 }
             }
         }
@@ -200,7 +250,7 @@ unsafe fn panels_product(
                 a.as_ptr(),
                 1,
                 k as isize,
-                lin.w.as_ptr().add(p * k * PANEL),
+                w.as_ptr().add(p * k * PANEL),
                 1,
                 PANEL as isize,
                 1.0,
@@ -215,9 +265,15 @@ unsafe fn panels_product(
 }
 
 #[cfg(target_arch = "x86_64")]
+mod amx;
+#[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod avx512_bf16;
+pub(crate) mod bf16;
+mod portable_bf16;
 
 #[cfg(test)]
 mod tests {

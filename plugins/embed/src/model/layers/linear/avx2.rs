@@ -28,11 +28,19 @@ const STRIP: usize = 16;
 /// than gemm's 40; this way it takes 37.4.)
 ///
 /// # Safety
-/// The CPU has avx2 and fma; `a` holds m x lin.k; `out` points at m x
+/// The CPU has avx2 and fma; `a` holds m x lin.k; `all` is lin's f32
+/// panels; `out` points at m x
 /// lin.n writable f32s, panel p's columns ours alone; p < lin.panels().
-pub(super) unsafe fn panel(a: &[f32], m: usize, lin: &Linear, p: usize, out: *mut f32) {
+pub(super) unsafe fn panel(
+    a: &[f32],
+    m: usize,
+    lin: &Linear,
+    all: &[f32],
+    p: usize,
+    out: *mut f32,
+) {
     let (k, n) = (lin.k, lin.n);
-    let w = &lin.w[p * k * PANEL..(p + 1) * k * PANEL];
+    let w = &all[p * k * PANEL..(p + 1) * k * PANEL];
     let c0 = p * PANEL;
     let cols = PANEL.min(n - c0);
     let mut bias = [0f32; PANEL];
@@ -42,11 +50,11 @@ pub(super) unsafe fn panel(a: &[f32], m: usize, lin: &Linear, p: usize, out: *mu
         let bias: &[f32; STRIP] = bias[s * STRIP..][..STRIP].try_into().expect("16 floats");
         // The next strip: a prefetch is a hint and never faults, so past
         // the last panel it may point anywhere.
-        let next = lin.w.as_ptr().wrapping_add(p * k * PANEL + (s + 1) * STRIP);
+        let next = all.as_ptr().wrapping_add(p * k * PANEL + (s + 1) * STRIP);
         let next = if (s + 1) * STRIP < PANEL {
             next
         } else {
-            lin.w.as_ptr().wrapping_add((p + 1) * k * PANEL)
+            all.as_ptr().wrapping_add((p + 1) * k * PANEL)
         };
         let w = &w[s * STRIP..];
         let mut r = 0;

@@ -18,11 +18,12 @@ const PREFETCH: usize = 96;
 /// over the whole panel (later row blocks find it in L2).
 ///
 /// # Safety
-/// The CPU has avx512f; `a` holds m x lin.k; `out` points at m x lin.n
+/// The CPU has avx512f; `a` holds m x lin.k; `w` is lin's f32 panels;
+/// `out` points at m x lin.n
 /// writable f32s, panel p's columns ours alone; p < lin.panels().
-pub(super) unsafe fn panel(a: &[f32], m: usize, lin: &Linear, p: usize, out: *mut f32) {
+pub(super) unsafe fn panel(a: &[f32], m: usize, lin: &Linear, w: &[f32], p: usize, out: *mut f32) {
     let (k, n) = (lin.k, lin.n);
-    let w = &lin.w[p * k * PANEL..(p + 1) * k * PANEL];
+    let w = &w[p * k * PANEL..(p + 1) * k * PANEL];
     let c0 = p * PANEL;
     let cols = PANEL.min(n - c0);
     let mut bias = [0f32; PANEL];
