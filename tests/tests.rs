@@ -22,6 +22,7 @@ mod doctor;
 mod doctor_terminal;
 mod embed_admission;
 mod embed_api;
+mod embed_dtype;
 mod embed_families;
 mod embed_memory;
 mod embed_models;

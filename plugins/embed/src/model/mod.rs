@@ -46,6 +46,12 @@
 //! weight as `[panels, in, 64]`, panel p holding outputs 64p..64p+64
 //! (`columns` of them real, the rest zero).
 //!
+//! In bfloat16 ([`LoadOptions::dtype`]) the cache is `model.bf16.m0embed`,
+//! beside the f32 one: the same table but for the dense layers' weights,
+//! `"layout": "pairs"`, bf16 in the pair layout of `vdpbf16ps` and AMX
+//! (`[panels, ceil(in / 2), 64, 2]`), and `"dtype": "bfloat16"` (see
+//! cache.rs).
+//!
 //! A Python backend (the pyembed plugin's, say) gets the same pages with
 //! numpy, no copy:
 //!
