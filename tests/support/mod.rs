@@ -208,6 +208,11 @@ pub fn command(args: &[&str]) -> Command {
     // `workers::the_log_level_hides_the_tuning_detail_by_default` checks
     // the default.
     cmd.env("M0_LOG_LEVEL", "debug");
+    // The embedding tests compare scores and vectors with f32 references
+    // within f32's error: on a CPU with bf16 `auto` would compute in bf16
+    // and fail them. bf16 has tests of its own (embed_dtype), which set
+    // the variable themselves.
+    cmd.env("M0_EMBED_DTYPE", "float32");
     cmd
 }
 

@@ -474,6 +474,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_dtype_takes_three_names_and_a_forced_bfloat16_is_refused_where_f32_runs() {
+        for d in [Dtype::Auto, Dtype::Float32, Dtype::Bfloat16] {
+            assert_eq!(Dtype::parse(d.name()), Some(d));
+        }
+        for bad in ["bf16", "fp32", "Float32", "half"] {
+            assert_eq!(Dtype::parse(bad), None, "{bad}");
+        }
+        let mut s = Settings::from_env().expect("the tests' environment sets no M0_EMBED_*");
+        for (d, refused) in [
+            (Dtype::Auto, false),
+            (Dtype::Float32, false),
+            (Dtype::Bfloat16, true),
+        ] {
+            s.dtype = d;
+            let r = s.refuse_bfloat16_for("pyembed", "a Python backend module");
+            assert_eq!(r.is_err(), refused, "{d:?}");
+            if let Err(e) = r {
+                assert!(
+                    e.starts_with("pyembed: M0_EMBED_DTYPE=bfloat16")
+                        && e.contains("a Python backend module computes in float32")
+                        && e.ends_with("unset M0_EMBED_DTYPE or set it to float32"),
+                    "{e}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn a_hub_id_is_told_apart_from_a_folder_and_answered_with_how_to_get_one() {
         for id in [
             "sentence-transformers/all-MiniLM-L6-v2",
