@@ -104,7 +104,7 @@ impl TileConfig {
 struct Aligned<T>(T);
 
 /// out[:, columns of panels lo..hi] = act x those panels of `w` + their
-/// bias.
+/// bias, on the tiles.
 ///
 /// # Safety
 /// [`permitted`] is true in this process; `act` holds m rows of lin.k,
@@ -120,6 +120,99 @@ pub(super) unsafe fn panels(
     hi: usize,
     out: *mut f32,
 ) {
+    // SAFETY: the caller's contract; Amx's operations are the instructions,
+    // which the granted tile state lets this process run.
+    unsafe { panels_on(&mut Amx, act, m, lin, w, lo, hi, out) }
+}
+
+/// [`panels`] with the tile instructions emulated in plain Rust, on any
+/// CPU: the kernel's own code (its tiles' addresses, strides, the k tail,
+/// the stores and bias) checked where AMX is not.
+///
+/// # Safety
+/// As [`panels`], but for the tile state.
+#[cfg(test)]
+pub(super) unsafe fn panels_emulated(
+    act: &Activations,
+    m: usize,
+    lin: &Linear,
+    w: &[u16],
+    lo: usize,
+    hi: usize,
+    out: *mut f32,
+) {
+    let mut tiles = Emulated {
+        sums: [[0.0; 256]; 4],
+        a: [0; 512],
+        configured: false,
+    };
+    // SAFETY: the caller's contract; the emulation needs no tile state.
+    unsafe { panels_on(&mut tiles, act, m, lin, w, lo, hi, out) }
+}
+
+/// The tile operations the kernel is written in: tmm0..tmm3 the sums
+/// (16x16 f32), tmm4 the activations (16 rows of 32 bf16), tmm5 the
+/// weights (16 rows of 16 pairs).
+trait Tiles {
+    /// `ldtilecfg`: every tile 16 rows of 64 bytes.
+    ///
+    /// # Safety
+    /// For the instructions: the tile state is granted.
+    unsafe fn configure(&mut self, config: &TileConfig);
+
+    /// tmm0..tmm3 = 0.
+    ///
+    /// # Safety
+    /// Configured.
+    unsafe fn zero_sums(&mut self);
+
+    /// tmm4 = 16 rows of 64 bytes from `a`, `stride` bytes apart.
+    ///
+    /// # Safety
+    /// Configured; those rows readable.
+    unsafe fn load_a(&mut self, a: *const u16, stride: usize);
+
+    /// tmm0..tmm3 += tmm4 x the four 16-column B tiles of 16 panel rows
+    /// from `b` (rows PANEL_ROW_BYTES apart, tile t from byte 64t).
+    ///
+    /// # Safety
+    /// Configured, tmm4 loaded; 16 panel rows from `b` readable.
+    unsafe fn step(&mut self, b: *const u16);
+
+    /// tmm0..tmm3 into `sums`: 16 rows of PANEL f32, tile t from column
+    /// 16t.
+    ///
+    /// # Safety
+    /// Configured; `sums` writable for 16 x PANEL f32.
+    unsafe fn store_sums(&mut self, sums: *mut f32);
+
+    /// `tilerelease`: the tiles back to their initial state.
+    ///
+    /// # Safety
+    /// None beyond the instruction's: no tile is used after it without a
+    /// new configuration.
+    unsafe fn release(&mut self);
+}
+
+/// The kernel: for each panel and each 16-row block, the sums over whole
+/// B tiles of the panel, then over the rows left, copied into a
+/// zero-padded tile so that no tile reads past a panel; stored, and the
+/// bias added on the way out.
+///
+/// # Safety
+/// As [`panels`] (the tile state as `T` needs it).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn panels_on<T: Tiles>(
+    tiles: &mut T,
+    act: &Activations,
+    m: usize,
+    lin: &Linear,
+    w: &[u16],
+    lo: usize,
+    hi: usize,
+    out: *mut f32,
+) {
     let (k2, n) = (lin.k.div_ceil(2), lin.n);
     assert!(
         act.stride.is_multiple_of(TILE_K)
@@ -127,17 +220,13 @@ pub(super) unsafe fn panels(
             && act.data.len() >= m.next_multiple_of(TILE_ROWS) * act.stride,
         "activations padded for tiles"
     );
-    // Whole B tiles of the panel, and the pair rows after them, which are
-    // copied into `tail` (zeros below them) so no tile reads past a panel.
     let whole = k2 / TILE_PAIRS * TILE_PAIRS;
     let rest = k2 - whole;
     let mut tail = Aligned([0u16; TILE_PAIRS * PANEL * 2]);
     let mut sums = Aligned([0f32; TILE_ROWS * PANEL]);
-    let config = TileConfig::new();
     let a_stride = act.stride * 2;
-    // SAFETY: the tile state is granted (the caller's contract); the
-    // configuration is 64 valid bytes.
-    unsafe { asm!("ldtilecfg [{}]", in(reg) &config, options(nostack, readonly)) };
+    // SAFETY: the caller's contract (the tile state).
+    unsafe { tiles.configure(&TileConfig::new()) };
     for p in lo..hi {
         let panel = &w[p * k2 * PANEL * 2..(p + 1) * k2 * PANEL * 2];
         let c0 = p * PANEL;
@@ -146,25 +235,25 @@ pub(super) unsafe fn panels(
         tail.0[..rest * PANEL * 2].copy_from_slice(&panel[whole * PANEL * 2..]);
         for r0 in (0..m).step_by(TILE_ROWS) {
             let rows = act.data[r0 * act.stride..].as_ptr();
-            // SAFETY: tiles configured above. Each A tile is 16 rows of 64
-            // bytes from row r0, element 2 * kb: inside act (rows padded
-            // to 16, kb + 16 pairs within the padded stride: asserted and
-            // whole <= k2, or the tail step's 2 * whole + 32 <= stride as
-            // the stride is a multiple of 32 above 2 * whole). Each B tile
-            // is 16 panel rows of 64 bytes from pair row kb, column 16t:
-            // inside the panel (kb + 16 <= whole), or inside `tail`. The
-            // stores write 16 rows of 64 bytes into `sums` (16 x 256).
+            // SAFETY: configured above. Each A tile is 16 rows of 64 bytes
+            // from row r0, element 2 * kb: inside act (rows padded to 16;
+            // kb + 16 pairs within the padded stride: asserted and whole <=
+            // k2, or the tail step's 2 * whole + 32 <= stride as the stride
+            // is a multiple of 32 above 2 * whole). Each B tile is 16 panel
+            // rows of 64 bytes from pair row kb, column 16t: inside the
+            // panel (kb + 16 <= whole), or inside `tail`. The stores write
+            // 16 rows of 64 bytes into `sums` (16 x 256).
             unsafe {
-                zero_sums();
+                tiles.zero_sums();
                 for kb in (0..whole).step_by(TILE_PAIRS) {
-                    load_a(rows.add(2 * kb), a_stride);
-                    step(panel.as_ptr().add(kb * PANEL * 2));
+                    tiles.load_a(rows.add(2 * kb), a_stride);
+                    tiles.step(panel.as_ptr().add(kb * PANEL * 2));
                 }
                 if rest > 0 {
-                    load_a(rows.add(2 * whole), a_stride);
-                    step(tail.0.as_ptr());
+                    tiles.load_a(rows.add(2 * whole), a_stride);
+                    tiles.step(tail.0.as_ptr());
                 }
-                store_sums(sums.0.as_mut_ptr());
+                tiles.store_sums(sums.0.as_mut_ptr());
             }
             for r in 0..TILE_ROWS.min(m - r0) {
                 let s = &sums.0[r * PANEL..r * PANEL + cols];
@@ -177,86 +266,170 @@ pub(super) unsafe fn panels(
             }
         }
     }
-    // SAFETY: returns the tiles to their initial state; no tile is used
-    // after it without a new ldtilecfg.
-    unsafe { asm!("tilerelease", options(nostack, nomem)) };
+    // SAFETY: no tile is used after it.
+    unsafe { tiles.release() };
 }
 
-/// tmm0..tmm3 = 0.
-///
-/// # Safety
-/// Tiles configured (ldtilecfg) on this thread.
-unsafe fn zero_sums() {
-    // SAFETY: the caller's contract.
-    unsafe {
-        asm!(
-            "tilezero tmm0",
-            "tilezero tmm1",
-            "tilezero tmm2",
-            "tilezero tmm3",
-            options(nostack, nomem)
-        )
-    };
+/// The AMX instructions, through `asm!`.
+struct Amx;
+
+impl Tiles for Amx {
+    #[inline(always)]
+    unsafe fn configure(&mut self, config: &TileConfig) {
+        // SAFETY: the caller's contract; the configuration is 64 valid
+        // bytes.
+        unsafe { asm!("ldtilecfg [{}]", in(reg) config, options(nostack, readonly)) };
+    }
+
+    #[inline(always)]
+    unsafe fn zero_sums(&mut self) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            asm!(
+                "tilezero tmm0",
+                "tilezero tmm1",
+                "tilezero tmm2",
+                "tilezero tmm3",
+                options(nostack, nomem)
+            )
+        };
+    }
+
+    #[inline(always)]
+    unsafe fn load_a(&mut self, a: *const u16, stride: usize) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            asm!(
+                "tileloadd tmm4, [{a} + {s}*1]",
+                a = in(reg) a,
+                s = in(reg) stride,
+                options(nostack, readonly)
+            )
+        };
+    }
+
+    #[inline(always)]
+    unsafe fn step(&mut self, b: *const u16) {
+        // SAFETY: the caller's contract: each tileloadd reads 16 rows of
+        // 64 bytes, the t-th from byte 64t of each 256-byte panel row.
+        unsafe {
+            asm!(
+                "tileloadd tmm5, [{b} + {s}*1]",
+                "tdpbf16ps tmm0, tmm4, tmm5",
+                "tileloadd tmm5, [{b} + {s}*1 + 64]",
+                "tdpbf16ps tmm1, tmm4, tmm5",
+                "tileloadd tmm5, [{b} + {s}*1 + 128]",
+                "tdpbf16ps tmm2, tmm4, tmm5",
+                "tileloadd tmm5, [{b} + {s}*1 + 192]",
+                "tdpbf16ps tmm3, tmm4, tmm5",
+                b = in(reg) b,
+                s = in(reg) PANEL_ROW_BYTES,
+                options(nostack, readonly)
+            )
+        };
+    }
+
+    #[inline(always)]
+    unsafe fn store_sums(&mut self, sums: *mut f32) {
+        // SAFETY: the caller's contract: each tilestored writes 16 rows of
+        // 64 bytes, the t-th from byte 64t of each 256-byte row.
+        unsafe {
+            asm!(
+                "tilestored [{o} + {s}*1], tmm0",
+                "tilestored [{o} + {s}*1 + 64], tmm1",
+                "tilestored [{o} + {s}*1 + 128], tmm2",
+                "tilestored [{o} + {s}*1 + 192], tmm3",
+                o = in(reg) sums,
+                s = in(reg) PANEL_ROW_BYTES,
+                options(nostack)
+            )
+        };
+    }
+
+    #[inline(always)]
+    unsafe fn release(&mut self) {
+        // SAFETY: returns the tiles to their initial state.
+        unsafe { asm!("tilerelease", options(nostack, nomem)) };
+    }
 }
 
-/// tmm4 = 16 rows of 64 bytes from `a`, `stride` bytes apart.
-///
-/// # Safety
-/// Tiles configured; those rows readable.
-unsafe fn load_a(a: *const u16, stride: usize) {
-    // SAFETY: the caller's contract.
-    unsafe {
-        asm!(
-            "tileloadd tmm4, [{a} + {s}*1]",
-            a = in(reg) a,
-            s = in(reg) stride,
-            options(nostack, readonly)
-        )
-    };
+/// The same operations in plain Rust, as Intel's pseudo-code defines them
+/// (`tdpbf16ps`: each sum += the odd elements' product, then the even's),
+/// reading and writing memory exactly where the instructions would.
+#[cfg(test)]
+struct Emulated {
+    /// tmm0..tmm3: 16 x 16 f32 each.
+    sums: [[f32; 256]; 4],
+    /// tmm4: 16 rows of 32 bf16.
+    a: [u16; 512],
+    configured: bool,
 }
 
-/// tmm0..tmm3 += tmm4 x the four 16-column B tiles of 16 panel rows from
-/// `b` (rows PANEL_ROW_BYTES apart, tile t from column 16t).
-///
-/// # Safety
-/// Tiles configured, tmm4 loaded; 16 panel rows from `b` readable.
-unsafe fn step(b: *const u16) {
-    // SAFETY: the caller's contract: each tileloadd reads 16 rows of 64
-    // bytes, the t-th from byte 64t of each 256-byte panel row.
-    unsafe {
-        asm!(
-            "tileloadd tmm5, [{b} + {s}*1]",
-            "tdpbf16ps tmm0, tmm4, tmm5",
-            "tileloadd tmm5, [{b} + {s}*1 + 64]",
-            "tdpbf16ps tmm1, tmm4, tmm5",
-            "tileloadd tmm5, [{b} + {s}*1 + 128]",
-            "tdpbf16ps tmm2, tmm4, tmm5",
-            "tileloadd tmm5, [{b} + {s}*1 + 192]",
-            "tdpbf16ps tmm3, tmm4, tmm5",
-            b = in(reg) b,
-            s = in(reg) PANEL_ROW_BYTES,
-            options(nostack, readonly)
-        )
-    };
-}
+#[cfg(test)]
+impl Tiles for Emulated {
+    unsafe fn configure(&mut self, config: &TileConfig) {
+        assert_eq!((config.palette, config.start_row), (1, 0));
+        for t in 0..6 {
+            assert_eq!((config.rows[t], config.colsb[t]), (16, 64), "tile {t}");
+        }
+        self.configured = true;
+    }
 
-/// The sums tmm0..tmm3 into `sums` (16 rows of PANEL f32, tile t at
-/// column 16t).
-///
-/// # Safety
-/// Tiles configured; `sums` writable for 16 x PANEL f32.
-unsafe fn store_sums(sums: *mut f32) {
-    // SAFETY: the caller's contract: each tilestored writes 16 rows of 64
-    // bytes, the t-th from byte 64t of each 256-byte row.
-    unsafe {
-        asm!(
-            "tilestored [{o} + {s}*1], tmm0",
-            "tilestored [{o} + {s}*1 + 64], tmm1",
-            "tilestored [{o} + {s}*1 + 128], tmm2",
-            "tilestored [{o} + {s}*1 + 192], tmm3",
-            o = in(reg) sums,
-            s = in(reg) PANEL_ROW_BYTES,
-            options(nostack)
-        )
-    };
+    unsafe fn zero_sums(&mut self) {
+        assert!(self.configured);
+        self.sums = [[0.0; 256]; 4];
+    }
+
+    unsafe fn load_a(&mut self, a: *const u16, stride: usize) {
+        assert!(self.configured && stride.is_multiple_of(2));
+        for r in 0..16 {
+            for e in 0..32 {
+                // SAFETY: the caller's contract: row r's 64 bytes.
+                self.a[r * 32 + e] = unsafe { a.add(r * stride / 2 + e).read() };
+            }
+        }
+    }
+
+    unsafe fn step(&mut self, b: *const u16) {
+        use super::bf16::from_bf16;
+        assert!(self.configured);
+        for (t, sums) in self.sums.iter_mut().enumerate() {
+            for r in 0..16 {
+                for j in 0..16 {
+                    let mut acc = sums[r * 16 + j];
+                    for kk in 0..16 {
+                        // SAFETY: the caller's contract: pair row kk's 64
+                        // bytes from byte 64t.
+                        let pair = |e: usize| unsafe {
+                            from_bf16(b.add(kk * PANEL_ROW_BYTES / 2 + 32 * t + 2 * j + e).read())
+                        };
+                        let x = |e: usize| from_bf16(self.a[r * 32 + 2 * kk + e]);
+                        acc += x(1) * pair(1);
+                        acc += x(0) * pair(0);
+                    }
+                    sums[r * 16 + j] = acc;
+                }
+            }
+        }
+    }
+
+    unsafe fn store_sums(&mut self, sums: *mut f32) {
+        assert!(self.configured);
+        for (t, tile) in self.sums.iter().enumerate() {
+            for r in 0..16 {
+                for j in 0..16 {
+                    // SAFETY: the caller's contract: row r's 64 bytes from
+                    // byte 64t.
+                    unsafe {
+                        sums.add(r * PANEL_ROW_BYTES / 4 + 16 * t + j)
+                            .write(tile[r * 16 + j])
+                    };
+                }
+            }
+        }
+    }
+
+    unsafe fn release(&mut self) {
+        self.configured = false;
+    }
 }

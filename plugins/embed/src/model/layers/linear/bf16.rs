@@ -31,6 +31,10 @@ pub(crate) enum Bf16Kernel {
     /// AMX-BF16 tiles (`tdpbf16ps`): Sapphire Rapids and later.
     #[cfg(target_arch = "x86_64")]
     Amx,
+    /// The AMX kernel's code over tiles emulated in plain Rust: its
+    /// addresses and tail checked on any CPU (tests only).
+    #[cfg(all(test, target_arch = "x86_64"))]
+    AmxEmulated,
 }
 
 impl Bf16Kernel {
@@ -58,6 +62,8 @@ impl Bf16Kernel {
             Bf16Kernel::Avx512 => "avx512-bf16",
             #[cfg(target_arch = "x86_64")]
             Bf16Kernel::Amx => "amx-bf16",
+            #[cfg(all(test, target_arch = "x86_64"))]
+            Bf16Kernel::AmxEmulated => "amx-bf16 (emulated)",
         }
     }
 }
@@ -182,6 +188,8 @@ pub(super) unsafe fn panels_product(
             Bf16Kernel::Avx512 => super::avx512_bf16::panels(&act, m, lin, w, lo, hi, out),
             #[cfg(target_arch = "x86_64")]
             Bf16Kernel::Amx => super::amx::panels(&act, m, lin, w, lo, hi, out),
+            #[cfg(all(test, target_arch = "x86_64"))]
+            Bf16Kernel::AmxEmulated => super::amx::panels_emulated(&act, m, lin, w, lo, hi, out),
         }
     }
 }
@@ -198,6 +206,7 @@ mod tests {
         let mut kernels = vec![Bf16Kernel::Portable];
         #[cfg(target_arch = "x86_64")]
         {
+            kernels.push(Bf16Kernel::AmxEmulated);
             if super::super::avx512_bf16::supported() {
                 kernels.push(Bf16Kernel::Avx512);
             } else {
