@@ -31,6 +31,10 @@ pub(crate) enum Bf16Kernel {
     /// AMX-BF16 tiles (`tdpbf16ps`): Sapphire Rapids and later.
     #[cfg(target_arch = "x86_64")]
     Amx,
+    /// The AVX512-BF16 kernel's code over lanes emulated in plain Rust:
+    /// its indexing checked on any CPU (tests only).
+    #[cfg(all(test, target_arch = "x86_64"))]
+    Avx512Emulated,
     /// The AMX kernel's code over tiles emulated in plain Rust: its
     /// addresses and tail checked on any CPU (tests only).
     #[cfg(all(test, target_arch = "x86_64"))]
@@ -62,6 +66,8 @@ impl Bf16Kernel {
             Bf16Kernel::Avx512 => "avx512-bf16",
             #[cfg(target_arch = "x86_64")]
             Bf16Kernel::Amx => "amx-bf16",
+            #[cfg(all(test, target_arch = "x86_64"))]
+            Bf16Kernel::Avx512Emulated => "avx512-bf16 (emulated)",
             #[cfg(all(test, target_arch = "x86_64"))]
             Bf16Kernel::AmxEmulated => "amx-bf16 (emulated)",
         }
@@ -189,6 +195,10 @@ pub(super) unsafe fn panels_product(
             #[cfg(target_arch = "x86_64")]
             Bf16Kernel::Amx => super::amx::panels(&act, m, lin, w, lo, hi, out),
             #[cfg(all(test, target_arch = "x86_64"))]
+            Bf16Kernel::Avx512Emulated => {
+                super::avx512_bf16::panels_emulated(&act, m, lin, w, lo, hi, out)
+            }
+            #[cfg(all(test, target_arch = "x86_64"))]
             Bf16Kernel::AmxEmulated => super::amx::panels_emulated(&act, m, lin, w, lo, hi, out),
         }
     }
@@ -206,6 +216,7 @@ mod tests {
         let mut kernels = vec![Bf16Kernel::Portable];
         #[cfg(target_arch = "x86_64")]
         {
+            kernels.push(Bf16Kernel::Avx512Emulated);
             kernels.push(Bf16Kernel::AmxEmulated);
             if super::super::avx512_bf16::supported() {
                 kernels.push(Bf16Kernel::Avx512);
