@@ -191,8 +191,11 @@ fn dtype_name(p: &Precision) -> &'static str {
 
 /// How the dense layers compute for `dtype` on this CPU.
 fn precision(dtype: Dtype) -> Result<Precision, String> {
-    let kernel = Bf16Kernel::detect();
-    match (dtype, kernel) {
+    // float32 asks nothing of the CPU, nor Linux for AMX's tile state.
+    if dtype == Dtype::Float32 {
+        return Ok(Precision::F32);
+    }
+    match (dtype, Bf16Kernel::detect()) {
         (Dtype::Float32, _) | (Dtype::Auto, None) => Ok(Precision::F32),
         (Dtype::Auto | Dtype::Bfloat16, Some(k)) => Ok(Precision::Bf16(k)),
         (Dtype::Bfloat16, None) => Err(format!(
