@@ -433,3 +433,31 @@ impl Tiles for Emulated {
         self.configured = false;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `ldtilecfg` reads palette at byte 0, start_row at 1, tile t's bytes
+    /// per row at 16 + 2t and its rows at 48 + t, 64 bytes in all.
+    #[test]
+    fn the_tile_configuration_is_laid_out_as_ldtilecfg_reads_it() {
+        use std::mem::{align_of, offset_of, size_of};
+        assert_eq!(
+            (size_of::<TileConfig>(), align_of::<TileConfig>()),
+            (64, 64)
+        );
+        assert_eq!(offset_of!(TileConfig, start_row), 1);
+        assert_eq!(offset_of!(TileConfig, colsb), 16);
+        assert_eq!(offset_of!(TileConfig, rows), 48);
+        let c = TileConfig::new();
+        // SAFETY: TileConfig is 64 plain bytes (repr(C), no padding).
+        let bytes: [u8; 64] = unsafe { std::mem::transmute(c) };
+        assert_eq!(bytes[0], 1, "palette 1");
+        for t in 0..16 {
+            let colsb = u16::from_le_bytes([bytes[16 + 2 * t], bytes[17 + 2 * t]]);
+            let want = if t < 6 { (64, 16) } else { (0, 0) };
+            assert_eq!((colsb, bytes[48 + t]), want, "tile {t}");
+        }
+    }
+}
