@@ -540,7 +540,10 @@ fn compute_threads_come_from_m0_embed_threads_and_size_the_pool() {
             p.to_str().unwrap(),
             dir.to_str().unwrap(),
         ]);
-        cmd.env("M0_EMBED_THREADS", threads);
+        match threads {
+            "" => cmd.env_remove("M0_EMBED_THREADS"),
+            n => cmd.env("M0_EMBED_THREADS", n),
+        };
         let out = cmd.output().unwrap();
         serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
@@ -559,6 +562,16 @@ fn compute_threads_come_from_m0_embed_threads_and_size_the_pool() {
     };
     assert_eq!(initial(&one), cpus.max(1), "{one}");
     assert_eq!(initial(&two), (cpus / 2).max(1), "{two}");
+    // Unset: the pool as with one thread a call, and a lone pass may take
+    // every CPU of the worker (model/team.rs).
+    let auto = doctor("");
+    assert_eq!(auto["plugin"]["compute_threads"], 1, "{auto}");
+    assert_eq!(initial(&auto), initial(&one), "{auto}");
+    assert_eq!(
+        auto["plugin"]["facts"]["embed.threads"],
+        cpus.max(1).to_string(),
+        "{auto}"
+    );
     // A value that is no number is refused by name, with 78.
     let bad = doctor("many");
     assert_eq!(bad["exit"], 78, "{bad}");

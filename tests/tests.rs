@@ -23,6 +23,7 @@ mod doctor_terminal;
 mod embed_admission;
 mod embed_api;
 mod embed_families;
+mod embed_lone_pass;
 mod embed_memory;
 mod embed_models;
 mod embed_native_backend;
