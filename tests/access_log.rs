@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::support::OutputBounded;
 use crate::support::{Client, Server, command, plugin, raw_exchange, scratch_dir, status_of};
 
 fn log_file(name: &str) -> PathBuf {
@@ -181,7 +182,7 @@ fn an_access_log_that_cannot_be_opened_is_refused_with_78() {
         "--access-log",
         "/nonexistent/dir/access.log",
     ])
-    .output()
+    .output_bounded()
     .unwrap();
     assert_eq!(out.status.code(), Some(78));
     let err = String::from_utf8_lossy(&out.stderr);

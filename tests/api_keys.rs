@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::support;
+use crate::support::OutputBounded;
 use crate::support::{Client, Server, command, plugin};
 
 const KEY: &str = "sk-m0-test-1f2e3d4c5b6a";
@@ -148,7 +149,7 @@ fn a_key_file_others_may_read_is_refused_with_78_and_the_fix() {
         "--api-key-file",
         file.to_str().unwrap(),
     ])
-    .output()
+    .output_bounded()
     .unwrap();
     assert_eq!(out.status.code(), Some(78));
     let err = String::from_utf8_lossy(&out.stderr);
@@ -164,7 +165,7 @@ fn a_key_file_others_may_read_is_refused_with_78_and_the_fix() {
         "--api-key-open-path",
         "/x",
     ])
-    .output()
+    .output_bounded()
     .unwrap();
     assert_eq!(out.status.code(), Some(78));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no API key"));
@@ -184,7 +185,7 @@ fn the_doctor_says_how_many_keys_and_from_where_but_never_which() {
         "--doctor",
     ]);
     cmd.env("M0_API_KEY", "sk-from-the-environment");
-    let out = cmd.output().unwrap();
+    let out = cmd.output_bounded().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{text}");
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();

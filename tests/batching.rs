@@ -20,6 +20,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::support;
+use crate::support::OutputBounded;
 use crate::support::{Client, Server, cc, command, plugin, repo_root, scratch_dir, serial};
 
 const MAX_BATCH: usize = 8;
@@ -503,7 +504,7 @@ fn doctor(extra: &[&str], env: &[(&str, &str)]) -> serde_json::Value {
     args.extend_from_slice(extra);
     let mut cmd = fixture_command(&gate, &args);
     cmd.envs(env.iter().copied());
-    let out = cmd.output().expect("run --doctor");
+    let out = cmd.output_bounded().expect("run --doctor");
     assert_eq!(
         out.status.code(),
         Some(0),

@@ -5,6 +5,7 @@
 use std::process::{Command, Output};
 
 use crate::support;
+use crate::support::OutputBounded;
 use crate::support::{Server, binary, plugin};
 
 /// The binary with `args`, without the test support's `--host`/`--port`
@@ -32,7 +33,7 @@ fn doctor(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, serde_json::Valu
     for (k, v) in env {
         cmd.env(k, v);
     }
-    support::doctor_json(&cmd.output().unwrap())
+    support::doctor_json(&cmd.output_bounded().unwrap())
 }
 
 fn stderr(out: &Output) -> String {
@@ -86,7 +87,7 @@ fn bind_refuses_what_it_cannot_serve_with_a_usage_error() {
     let hello = plugin("hello_c");
     let p = hello.to_str().unwrap();
     let unix = m0serve(&["--plugin", p, "--bind", "unix:/tmp/m0.sock"])
-        .output()
+        .output_bounded()
         .unwrap();
     assert_eq!(unix.status.code(), Some(2), "{}", stderr(&unix));
     let err = stderr(&unix);
@@ -95,7 +96,7 @@ fn bind_refuses_what_it_cannot_serve_with_a_usage_error() {
         "{err}"
     );
     let both = m0serve(&["--plugin", p, "-b", "127.0.0.1:0", "--port", "0"])
-        .output()
+        .output_bounded()
         .unwrap();
     assert_eq!(both.status.code(), Some(2), "{}", stderr(&both));
     assert!(stderr(&both).contains("not both"), "{}", stderr(&both));
@@ -128,7 +129,7 @@ fn model_id_is_the_arg_and_a_hub_id_says_nothing_is_downloaded() {
     );
     // ARG and --model-id are one setting: not both.
     let both = m0serve(&["--plugin", "embed", "--model-id", "a", "b"])
-        .output()
+        .output_bounded()
         .unwrap();
     assert_eq!(both.status.code(), Some(2), "{}", stderr(&both));
 }
@@ -140,7 +141,7 @@ fn completions_are_scripts_each_shell_reads() {
         ("zsh", "#compdef m0serve"),
         ("fish", "complete -c m0serve"),
     ] {
-        let out = m0serve(&["completions", shell]).output().unwrap();
+        let out = m0serve(&["completions", shell]).output_bounded().unwrap();
         assert_eq!(out.status.code(), Some(0), "{shell}: {}", stderr(&out));
         let script = String::from_utf8(out.stdout).unwrap();
         assert!(script.contains(says), "{shell}:\n{script}");
@@ -149,11 +150,14 @@ fn completions_are_scripts_each_shell_reads() {
         }
     }
     // bash itself parses what it would source.
-    let script = m0serve(&["completions", "bash"]).output().unwrap().stdout;
+    let script = m0serve(&["completions", "bash"])
+        .output_bounded()
+        .unwrap()
+        .stdout;
     let file = support::scratch_dir("completions").join("m0serve.bash");
     std::fs::write(&file, script).unwrap();
     let parsed = Command::new("bash").arg("-n").arg(&file).status().unwrap();
     assert!(parsed.success());
-    let bad = m0serve(&["completions", "tcsh"]).output().unwrap();
+    let bad = m0serve(&["completions", "tcsh"]).output_bounded().unwrap();
     assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
 }

@@ -7,6 +7,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::process::Command;
 
 use crate::support;
+use crate::support::OutputBounded;
 use crate::support::test_dir::TestDir;
 use crate::support::venv;
 use crate::support::{Client, Server, command, plugin, raw_exchange};
@@ -108,7 +109,7 @@ fn any_origin_and_a_key_refusal_a_page_can_read() {
     assert_eq!(r.header("access-control-allow-origin"), Some("*"));
     // A bad value is a usage error naming the flag.
     let out = command(&["--plugin", "hello_c", "--cors-allow-origin", "a.example/x"])
-        .output()
+        .output_bounded()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--cors-allow-origin"));
@@ -177,7 +178,7 @@ fn chromium_dom(url: &str) -> String {
         .arg(format!("--user-data-dir={}", dir.display()))
         .arg("--dump-dom")
         .arg(url)
-        .output()
+        .output_bounded()
         .expect("run chromium");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }

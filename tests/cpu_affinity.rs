@@ -8,6 +8,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::support;
+use crate::support::OutputBounded;
 use crate::support::{Server, command, plugin};
 
 /// The CPUs a process may run on, from its `Cpus_allowed_list` (`0-1,4`).
@@ -110,7 +111,7 @@ fn more_cpus_per_worker_than_the_server_has_is_refused_with_78_naming_the_flag()
     let Some(mut cmd) = on_two_cpus(&["--workers", "2", "--cpu-affinity", "3"]) else {
         return;
     };
-    let out = cmd.output().expect("run m0serve");
+    let out = cmd.output_bounded().expect("run m0serve");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(78), "{err}");
     assert!(
@@ -123,11 +124,11 @@ fn more_cpus_per_worker_than_the_server_has_is_refused_with_78_naming_the_flag()
     let Some(mut cmd) = on_two_cpus(&["--workers", "2", "--cpu-affinity", "3", "--doctor"]) else {
         return;
     };
-    assert_eq!(cmd.output().unwrap().status.code(), Some(78));
+    assert_eq!(cmd.output_bounded().unwrap().status.code(), Some(78));
     let Some(mut cmd) = on_two_cpus(&["--workers", "3", "--cpu-affinity", "1", "--doctor"]) else {
         return;
     };
-    let out = cmd.output().unwrap();
+    let out = cmd.output_bounded().unwrap();
     assert_eq!(out.status.code(), Some(0));
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the doctor's JSON");
     let topo = &doc["topology"];

@@ -7,6 +7,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::support;
+use crate::support::OutputBounded;
 use crate::support::{Server, bad_plugin, binary, plugin, repo_root};
 
 const TOP_KEYS: [&str; 9] = [
@@ -23,7 +24,10 @@ fn cmd(args: &[String]) -> Command {
 
 /// Run the doctor: (exit code, parsed JSON).
 fn doctor(args: &[String]) -> (i32, serde_json::Value) {
-    let out = cmd(args).arg("--doctor").output().expect("run --doctor");
+    let out = cmd(args)
+        .arg("--doctor")
+        .output_bounded()
+        .expect("run --doctor");
     let text = String::from_utf8_lossy(&out.stdout);
     let json: serde_json::Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| {
         panic!(
@@ -431,7 +435,7 @@ fn doctor_reports_the_venv_taken_from_virtual_env() {
         .arg("--doctor")
         .env_remove("M0_VENV")
         .env("VIRTUAL_ENV", &venv)
-        .output()
+        .output_bounded()
         .unwrap();
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(out.status.code(), Some(0), "{j:#}");
@@ -457,7 +461,7 @@ fn doctor_reports_the_facts_a_plugin_states_at_init() {
         .display()
         .to_string();
     let out = cmd(&strings(&["--plugin", &p, "--port", "0", "--doctor"]))
-        .output()
+        .output_bounded()
         .expect("run --doctor");
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{text}");
@@ -580,20 +584,20 @@ fn doctor_never_listens_and_names_a_taken_port() {
 #[test]
 fn usage_errors_exit_2_naming_the_flag() {
     let out = cmd(&strings(&["--plugin", "x", "--port", "80eighty"]))
-        .output()
+        .output_bounded()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--port"));
-    let out = cmd(&strings(&["--no-such-flag"])).output().unwrap();
+    let out = cmd(&strings(&["--no-such-flag"])).output_bounded().unwrap();
     assert_eq!(out.status.code(), Some(2));
-    let out = cmd(&strings(&["--version"])).output().unwrap();
+    let out = cmd(&strings(&["--version"])).output_bounded().unwrap();
     assert_eq!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("m0serve "));
     // Environment variables are read, and a flag beats them.
     let hello = plugin("hello_c").display().to_string();
     let mut c = cmd(&strings(&["--plugin", &hello, "--doctor", "--port", "0"]));
     c.env("M0_WORKERS", "3").env("M0_MAX_BODY", "2k");
-    let j: serde_json::Value = serde_json::from_slice(&c.output().unwrap().stdout).unwrap();
+    let j: serde_json::Value = serde_json::from_slice(&c.output_bounded().unwrap().stdout).unwrap();
     assert_eq!(j["topology"]["workers"], 3);
     assert_eq!(j["server"]["max_body"], 2048);
     let mut c = cmd(&strings(&[
@@ -606,13 +610,13 @@ fn usage_errors_exit_2_naming_the_flag() {
         "2",
     ]));
     c.env("M0_WORKERS", "3");
-    let j: serde_json::Value = serde_json::from_slice(&c.output().unwrap().stdout).unwrap();
+    let j: serde_json::Value = serde_json::from_slice(&c.output_bounded().unwrap().stdout).unwrap();
     assert_eq!(j["topology"]["workers"], 2);
     // A bad value from a variable names the variable, in the server's
     // message and the doctor's check alike; from the flag, the flag.
     let mut c = cmd(&strings(&["--plugin", &hello, "--port", "0"]));
     c.env("M0_WORKERS", "abc");
-    let out = c.output().unwrap();
+    let out = c.output_bounded().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2));
     assert!(
@@ -621,7 +625,7 @@ fn usage_errors_exit_2_naming_the_flag() {
     );
     let mut c = cmd(&strings(&["--plugin", &hello, "--doctor"]));
     c.env("M0_MAX_BODY", "4x");
-    let j: serde_json::Value = serde_json::from_slice(&c.output().unwrap().stdout).unwrap();
+    let j: serde_json::Value = serde_json::from_slice(&c.output_bounded().unwrap().stdout).unwrap();
     assert!(
         j["checks"][0]["detail"]
             .as_str()
@@ -631,7 +635,7 @@ fn usage_errors_exit_2_naming_the_flag() {
     );
     let mut c = cmd(&strings(&["--plugin", &hello, "--workers", "abc"]));
     c.env("M0_WORKERS", "abc");
-    let err = String::from_utf8_lossy(&c.output().unwrap().stderr).into_owned();
+    let err = String::from_utf8_lossy(&c.output_bounded().unwrap().stderr).into_owned();
     assert!(err.contains("for '--workers"), "{err}");
 }
 
@@ -708,7 +712,7 @@ fn advice_for_costly_setups_warns_without_failing() {
 /// plugin that ships, not for one of them only.
 #[test]
 fn help_shows_the_plugin_as_required_and_arg_for_every_plugin() {
-    let out = cmd(&[]).arg("--help").output().unwrap();
+    let out = cmd(&[]).arg("--help").output_bounded().unwrap();
     assert_eq!(out.status.code(), Some(0));
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -724,7 +728,7 @@ fn help_shows_the_plugin_as_required_and_arg_for_every_plugin() {
         assert!(arg.contains(plugin), "ARG's help names no {plugin}:\n{arg}");
     }
     // Without it: a usage error (2) that names it, not a failed startup.
-    let out = cmd(&[]).env_remove("M0_PLUGIN").output().unwrap();
+    let out = cmd(&[]).env_remove("M0_PLUGIN").output_bounded().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--plugin <PLUGIN>"));
 }

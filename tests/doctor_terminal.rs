@@ -7,6 +7,7 @@ use std::io::Read;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::process::{Command, Stdio};
 
+use crate::support::OutputBounded;
 use crate::support::{binary, plugin};
 
 fn doctor_cmd(args: &[&str]) -> Command {
@@ -81,7 +82,7 @@ fn indented_on_a_terminal_and_one_line_on_a_pipe() {
     let args = ["--plugin", hello.to_str().unwrap()];
     let (shown, code) = on_a_terminal(&args);
     assert_eq!(code, Some(0), "{shown}");
-    let piped = doctor_cmd(&args).output().unwrap();
+    let piped = doctor_cmd(&args).output_bounded().unwrap();
     assert_eq!(piped.status.code(), Some(0));
     let piped = String::from_utf8(piped.stdout).unwrap();
 
@@ -111,7 +112,7 @@ fn a_missing_plugin_is_named_in_the_usage_check() {
         let (text, code) = if terminal {
             on_a_terminal(&[])
         } else {
-            let out = doctor_cmd(&[]).output().unwrap();
+            let out = doctor_cmd(&[]).output_bounded().unwrap();
             (String::from_utf8(out.stdout).unwrap(), out.status.code())
         };
         assert_eq!(code, Some(2), "{text}");

@@ -14,6 +14,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::support;
+use crate::support::OutputBounded;
 use crate::support::embed::{
     batch_counts, burst, check_replies, cosine, embed_doctor, fire, post, reference,
     stop_and_read_batching, vectors,
@@ -287,7 +288,7 @@ fn the_openai_and_huggingface_hub_clients_work_unchanged() {
         .arg(support::repo_root().join("tests/embed/clients.py"))
         .arg(format!("http://{}", s.addr))
         .arg(support::repo_root().join("tests/data/minilm_reference.json"))
-        .output()
+        .output_bounded()
         .expect("run tests/embed/clients.py");
     assert!(
         out.status.success(),
@@ -342,7 +343,7 @@ fn run_to_exit(dir: &Path, doctor: bool) -> (Option<i32>, String) {
         args.push("--doctor");
     }
     args.extend(["--plugin", p.to_str().unwrap(), dir.to_str().unwrap()]);
-    let out = command(&args).output().unwrap();
+    let out = command(&args).output_bounded().unwrap();
     let mut text = String::from_utf8_lossy(&out.stderr).into_owned();
     text.push_str(&String::from_utf8_lossy(&out.stdout));
     (out.status.code(), text)
@@ -428,7 +429,7 @@ fn a_tiny_random_bert_is_served_as_a_numpy_forward_pass_computes_it() {
             .arg("make")
             .arg(&dir)
             .args(flags)
-            .output()
+            .output_bounded()
             .unwrap();
         assert!(
             out.status.success(),
@@ -494,7 +495,7 @@ fn without_model_dir_the_default_package_is_found_in_the_venv_or_its_install_is_
     // No ARG and no venv: refused, naming both ways out.
     let mut cmd = command(&["--plugin", p.to_str().unwrap()]);
     cmd.env_remove("VIRTUAL_ENV");
-    let out = cmd.output().unwrap();
+    let out = cmd.output_bounded().unwrap();
     let log = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(78), "{log}");
     assert!(
@@ -519,7 +520,7 @@ fn without_model_dir_the_default_package_is_found_in_the_venv_or_its_install_is_
         "--venv",
         empty.to_str().unwrap(),
     ])
-    .output()
+    .output_bounded()
     .unwrap();
     let log = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(78), "{log}");
@@ -540,8 +541,11 @@ fn compute_threads_come_from_m0_embed_threads_and_size_the_pool() {
             p.to_str().unwrap(),
             dir.to_str().unwrap(),
         ]);
-        cmd.env("M0_EMBED_THREADS", threads);
-        let out = cmd.output().unwrap();
+        match threads {
+            "" => cmd.env_remove("M0_EMBED_THREADS"),
+            n => cmd.env("M0_EMBED_THREADS", n),
+        };
+        let out = cmd.output_bounded().unwrap();
         serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
     };
@@ -559,6 +563,16 @@ fn compute_threads_come_from_m0_embed_threads_and_size_the_pool() {
     };
     assert_eq!(initial(&one), cpus.max(1), "{one}");
     assert_eq!(initial(&two), (cpus / 2).max(1), "{two}");
+    // Unset: the pool as with one thread a call, and a lone pass may take
+    // every CPU of the worker (model/team.rs).
+    let auto = doctor("");
+    assert_eq!(auto["plugin"]["compute_threads"], 1, "{auto}");
+    assert_eq!(initial(&auto), initial(&one), "{auto}");
+    assert_eq!(
+        auto["plugin"]["facts"]["embed.threads"],
+        cpus.max(1).to_string(),
+        "{auto}"
+    );
     // A value that is no number is refused by name, with 78.
     let bad = doctor("many");
     assert_eq!(bad["exit"], 78, "{bad}");
@@ -623,7 +637,7 @@ fn frameworks(what: &str, place: &str, s: Option<&Server>) -> Value {
         .env("LANGSMITH_TRACING", "false")
         .env("LANGCHAIN_TRACING_V2", "false")
         .env("HF_HUB_OFFLINE", "1")
-        .output()
+        .output_bounded()
         .expect("run tests/embed/frameworks.py");
     assert!(
         out.status.success(),
@@ -897,7 +911,7 @@ except openai.AuthenticationError as e:
 "#;
     let out = Command::new(venv::venv_python(&venv::embed_venv()))
         .args(["-c", script, &format!("http://{}", s.addr), key])
-        .output()
+        .output_bounded()
         .expect("run the openai client");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
+use crate::support::OutputBounded;
 use crate::support::embed::minilm;
 use crate::support::embed::{cosine, post, reference, vectors};
 use crate::support::test_dir::TestDir;
@@ -211,7 +212,7 @@ fn the_doctor_reports_the_weights_mapped_shared_and_from_where() {
         dir.to_str().unwrap(),
     ])
     .env("M0_EMBED_CACHE_DIR", cache.path())
-    .output()
+    .output_bounded()
     .unwrap();
     let report = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{report}");

@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 
 use crate::embed_reranker::{assemble, reference as rerank_reference};
 use crate::embed_tasks::{queries, sigmoid};
+use crate::support::OutputBounded;
 use crate::support::embed::{cosine, minilm, post, reference};
 use crate::support::test_dir::TestDir;
 use crate::support::venv::{embed_venv, venv_python};
@@ -65,7 +66,7 @@ fn client(s: &Server, what: &str, args: &[&str]) -> Value {
         .arg(what)
         .arg(format!("http://{}", s.addr))
         .args(args)
-        .output()
+        .output_bounded()
         .expect("run tests/embed/models_clients.py");
     assert!(
         out.status.success(),
@@ -321,7 +322,7 @@ fn the_doctor_lists_every_model_with_its_facts() {
     let rr = TestDir::new("embed_models_doctor");
     assemble(&rr);
     let out = embed_command_with(&["--doctor"], &model_args(&rr), &[])
-        .output()
+        .output_bounded()
         .unwrap();
     let (code, v) = doctor_json(&out);
     assert_eq!(code, Some(0), "{v}");

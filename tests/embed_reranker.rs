@@ -12,6 +12,7 @@ use std::process::Command;
 use serde_json::{Value, json};
 
 use crate::embed_tasks::{queries, sigmoid};
+use crate::support::OutputBounded;
 use crate::support::embed::{batch_counts, post, serve_dir, stop_and_read_batching};
 use crate::support::test_dir::TestDir;
 use crate::support::venv::{embed_venv, minilm_dir, venv_python};
@@ -33,7 +34,7 @@ pub(crate) fn assemble(dir: &Path) {
         .arg(dir)
         .arg("--model")
         .arg(minilm_dir(&venv))
-        .output()
+        .output_bounded()
         .expect("run tests/data/make_minilm_reranker.py");
     assert!(
         out.status.success(),

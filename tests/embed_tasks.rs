@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
+use crate::support::OutputBounded;
 use crate::support::embed::{
     batch_counts, cosine, minilm, post, reference, serve_dir, stop_and_read_batching, vectors,
 };
@@ -584,7 +585,7 @@ fn client(s: &Server, args: &[&str]) -> Value {
         .arg(args[0])
         .arg(format!("http://{}", s.addr))
         .args(&args[1..])
-        .output()
+        .output_bounded()
         .expect("run tests/embed/task_clients.py");
     assert!(
         out.status.success(),

@@ -9,6 +9,7 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
+use crate::support::OutputBounded;
 use crate::support::embed::{embed_doctor, post, reference, vectors};
 use crate::support::embed::{minilm, serve_dir};
 use crate::support::test_dir::{TestDir, link_tree};
@@ -255,7 +256,7 @@ fn prompts_come_from_the_model_folder_and_the_default_prompt_settings() {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let out = cmd.output().unwrap();
+        let out = cmd.output_bounded().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(78), "{env:?}: {err}");
         assert!(err.contains("M0_EMBED_DEFAULT_PROMPT"), "{err}");
@@ -354,7 +355,7 @@ print(json.dumps(out))
         .args(["-c", script])
         .arg(minilm().join("tokenizer.json"))
         .arg(json!(texts).to_string())
-        .output()
+        .output_bounded()
         .unwrap();
     assert!(
         out.status.success(),

@@ -6,6 +6,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use crate::support;
+use crate::support::OutputBounded;
 use crate::support::{Client, Server, command, plugin};
 
 fn hello(extra: &[&str]) -> Server {
@@ -90,7 +91,7 @@ fn a_health_path_that_is_not_a_path_is_a_usage_error() {
     let hello = plugin("hello_c");
     for bad in ["healthz", "/health?x", "/a b"] {
         let out = command(&["--plugin", hello.to_str().unwrap(), "--health-path", bad])
-            .output()
+            .output_bounded()
             .unwrap();
         assert_eq!(out.status.code(), Some(2), "{bad}");
         let err = String::from_utf8_lossy(&out.stderr);

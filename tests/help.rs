@@ -4,13 +4,14 @@
 
 use std::process::Command;
 
+use crate::support::OutputBounded;
 use crate::support::{binary, repo_root};
 
 fn help(flag: &str) -> String {
     let out = Command::new(binary())
         .arg(flag)
         .env("COLUMNS", "100")
-        .output()
+        .output_bounded()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{flag}");
     String::from_utf8(out.stdout).unwrap()

@@ -6,13 +6,14 @@ use std::path::Path;
 use std::process::Command;
 
 use crate::support;
+use crate::support::OutputBounded;
 use crate::support::{Server, binary, plugin, repo_root, scratch_dir};
 
 fn install(args: &[&str]) -> std::process::Output {
     Command::new(repo_root().join("deploy/install"))
         .args(args)
         .env_remove("M0_PLUGIN_PATH")
-        .output()
+        .output_bounded()
         .expect("run deploy/install")
 }
 
@@ -73,7 +74,7 @@ fn an_installed_copy_finds_its_plugins_and_serves() {
     let out = Command::new(&installed)
         .args(["--doctor", "--port", "0", "--plugin", "hello_c"])
         .env_remove("M0_PLUGIN_PATH")
-        .output()
+        .output_bounded()
         .unwrap();
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let file = j["plugin"]["file"].as_str().expect("plugin.file");

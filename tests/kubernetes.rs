@@ -14,6 +14,7 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
+use crate::support::OutputBounded;
 use crate::support::venv;
 use crate::support::{binary, plugin, repo_root, scratch_dir};
 
@@ -45,7 +46,7 @@ fn validate(files: &[PathBuf]) -> Value {
     let out = Command::new(venv::venv_python(&kubernetes_venv()))
         .arg(repo_root().join("tests/kubernetes/validate.py"))
         .args(files)
-        .output()
+        .output_bounded()
         .expect("run validate.py");
     assert!(
         out.status.success(),
@@ -154,7 +155,7 @@ fn doctor(args: &[String]) -> Value {
         .args(&local)
         .env_remove("M0_WORKERS")
         .env_remove("M0_EMBED_THREADS")
-        .output()
+        .output_bounded()
         .unwrap();
     let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(

@@ -18,6 +18,7 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 use crate::support;
+use crate::support::OutputBounded;
 use crate::support::venv;
 use crate::support::{Client, Server, command, plugin};
 
@@ -69,7 +70,8 @@ fn document(s: &Server) -> Value {
 }
 
 fn run(cmd: &mut Command) -> Output {
-    cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
+    cmd.output_bounded()
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
 }
 
 fn text(out: &Output) -> String {

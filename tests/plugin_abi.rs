@@ -10,12 +10,13 @@ use std::time::Duration;
 use m0serve_abi as abi;
 
 use crate::support;
+use crate::support::OutputBounded;
 use crate::support::{Server, bad_plugin, cc, command, repo_root, scratch_dir};
 
 /// Run the server with a plugin and expect it to stop before serving.
 fn refused(plugin: &Path) -> (i32, String) {
     let mut cmd = command(&["--plugin", plugin.to_str().unwrap()]);
-    let out = cmd.output().expect("run m0serve");
+    let out = cmd.output_bounded().expect("run m0serve");
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -55,7 +56,7 @@ fn c_lays_out_every_boundary_struct_as_rust_does() {
         &[repo_root().join("tests/c/layout.c").to_str().unwrap()],
         &exe,
     );
-    let out = Command::new(&exe).output().expect("run layout");
+    let out = Command::new(&exe).output_bounded().expect("run layout");
     let text = String::from_utf8(out.stdout).unwrap();
     let expected: Vec<(&str, usize)> = vec![
         ("M0Str", size_of::<abi::M0Str>()),
@@ -375,7 +376,9 @@ fn short_names_are_found_on_m0_plugin_path_and_misses_list_where_we_looked() {
     let s = Server::start_cmd(cmd);
     assert_eq!(support::get(s.addr, "/").body, b"hello, world\n");
 
-    let out = command(&["--plugin", "no_such_plugin"]).output().unwrap();
+    let out = command(&["--plugin", "no_such_plugin"])
+        .output_bounded()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
@@ -392,7 +395,7 @@ fn several_args_to_a_plugin_built_before_1_6_are_refused_with_78_naming_it() {
     // without a word, so the server refuses the configuration instead.
     let p = abi_1_0_plugin("v1_0_args", &[]);
     let out = command(&["--plugin", p.to_str().unwrap(), "one", "two"])
-        .output()
+        .output_bounded()
         .expect("run m0serve");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(78), "{err}");

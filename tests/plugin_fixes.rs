@@ -5,6 +5,7 @@
 use std::process::Command;
 
 use crate::support;
+use crate::support::OutputBounded;
 use crate::support::{binary, plugin};
 
 fn m0serve(args: &[&str]) -> Command {
@@ -18,7 +19,7 @@ fn m0serve(args: &[&str]) -> Command {
 }
 
 fn doctor(args: &[&str]) -> (Option<i32>, serde_json::Value) {
-    support::doctor_json(&m0serve(args).arg("--doctor").output().unwrap())
+    support::doctor_json(&m0serve(args).arg("--doctor").output_bounded().unwrap())
 }
 
 fn failed_check(j: &serde_json::Value) -> &serde_json::Value {
@@ -62,7 +63,7 @@ fn a_misspelt_plugin_gets_did_you_mean_and_the_plugins_found() {
     );
 
     // The server says the same on its log, as an error line.
-    let out = m0serve(&["--plugin", "helo_c"]).output().unwrap();
+    let out = m0serve(&["--plugin", "helo_c"]).output_bounded().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -15,6 +15,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::support;
+use crate::support::OutputBounded;
 use crate::support::embed;
 use crate::support::embed::{
     burst, check_replies, cosine, fire, post, reference, stop_and_read_batching,
@@ -267,7 +268,7 @@ fn a_forward_pass_that_raises_answers_424_and_the_worker_serves_the_next() {
 /// `--doctor` with `env`: exit code and JSON.
 fn doctor(env: &[(&str, &str)]) -> (Option<i32>, Value) {
     let mut cmd = pyembed(&backends(), "numpy_minilm", &[], env);
-    support::doctor_json(&cmd.arg("--doctor").output().expect("run --doctor"))
+    support::doctor_json(&cmd.arg("--doctor").output_bounded().expect("run --doctor"))
 }
 
 #[test]

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::OutputBounded;
 use crate::support::{binary, plugin, scratch_dir};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -405,7 +406,7 @@ fn the_doctor_reports_the_notify_socket() {
             Some(v) => cmd.env("NOTIFY_SOCKET", v),
             None => cmd.env_remove("NOTIFY_SOCKET"),
         };
-        let out = cmd.output().unwrap();
+        let out = cmd.output_bounded().unwrap();
         assert_eq!(out.status.code(), Some(0), "{out:?}");
         serde_json::from_slice(&out.stdout).unwrap()
     };

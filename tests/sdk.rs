@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use crate::support;
+use crate::support::OutputBounded;
 use crate::support::{Client, Server, command, plugin, raw_exchange, status_of};
 
 fn serve(name: &str, extra: &[&str]) -> Server {
@@ -83,7 +84,7 @@ fn hello_rs_declares_itself_as_hello_c_does() {
     let doctor = |name: &str| -> serde_json::Value {
         let p = plugin(name);
         let out = command(&["--doctor", "--plugin", p.to_str().unwrap()])
-            .output()
+            .output_bounded()
             .expect("run --doctor");
         assert_eq!(
             out.status.code(),
@@ -249,7 +250,7 @@ fn defer_from_a_handler_thread_is_a_500_with_the_hosts_warning() {
 fn run_to_exit(arg: &str) -> (Option<i32>, String) {
     let p = plugin("sdk_faults");
     let out = command(&["--plugin", p.to_str().unwrap(), arg])
-        .output()
+        .output_bounded()
         .expect("run m0serve");
     let mut log = String::from_utf8_lossy(&out.stderr).into_owned();
     log.push_str(&String::from_utf8_lossy(&out.stdout));

@@ -3,6 +3,7 @@
 //! debug, and `--log-format json` one object a line.
 
 use crate::support;
+use crate::support::OutputBounded;
 use crate::support::{Server, command, plugin};
 
 /// A hello_c server at `level` with `extra` flags, asked once and stopped:
@@ -140,7 +141,7 @@ fn a_bad_log_format_is_a_usage_error_naming_its_variable() {
     let p = plugin("hello_c");
     let out = command(&["--plugin", p.to_str().unwrap()])
         .env("M0_LOG_FORMAT", "xml")
-        .output()
+        .output_bounded()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);

@@ -12,6 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::support;
+use crate::support::OutputBounded;
 use crate::support::{Server, binary, plugin};
 
 /// The server, started as systemd starts a socket-activated service: the
@@ -105,7 +106,10 @@ fn a_socket_unit_that_passes_anything_but_one_listener_is_refused_with_78() {
             binary().display(),
             hello.display()
         );
-        let out = Command::new("sh").args(["-c", &script]).output().unwrap();
+        let out = Command::new("sh")
+            .args(["-c", &script])
+            .output_bounded()
+            .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(78), "{fds} {prelude}: {err}");
         assert!(err.contains(says), "{fds} {prelude}: {err}");

@@ -9,6 +9,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use crate::support;
+use crate::support::OutputBounded;
 use crate::support::repo_root;
 use crate::support::test_dir::TestDir;
 use crate::support::tools::missing_tools_line;
@@ -38,7 +39,7 @@ fn as_user(script: &Path) -> Output {
     } else {
         Command::new(script)
     };
-    cmd.output().unwrap()
+    cmd.output_bounded().unwrap()
 }
 
 /// A folder under the system's temp dir (which any user may reach, unlike
@@ -99,7 +100,7 @@ fn install_tools_without_root_names_what_is_missing_in_one_line_and_installs_not
 fn install_tools_with_every_tool_there_says_so_and_installs_nothing() {
     let dir = TestDir::new("install_tools_present");
     let script = install_tools_with(&dir, "sh dash tests/a.rs present everywhere\n");
-    let out = Command::new(&script).output().unwrap();
+    let out = Command::new(&script).output_bounded().unwrap();
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -154,7 +155,7 @@ fn outlived(args: &[&str]) -> Output {
     Command::new(python)
         .arg(repo_root().join("tests/outlived.py"))
         .args(args)
-        .output()
+        .output_bounded()
         .unwrap()
 }
 

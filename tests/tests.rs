@@ -24,6 +24,7 @@ mod embed_admission;
 mod embed_api;
 mod embed_dtype;
 mod embed_families;
+mod embed_lone_pass;
 mod embed_memory;
 mod embed_models;
 mod embed_native_backend;

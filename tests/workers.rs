@@ -7,6 +7,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use crate::support;
+use crate::support::OutputBounded;
 use crate::support::{Client, Server, bad_plugin, command, plugin};
 
 fn hello_args(extra: &[&str]) -> Vec<String> {
@@ -111,7 +112,7 @@ fn crash_route_takes_down_one_worker_which_returns() {
 fn a_plugin_that_crashes_in_init_is_reported_once_before_binding() {
     let p = bad_plugin("crash_in_init", &["-DCRASH_IN_INIT"]);
     let out = command(&["--plugin", p.to_str().unwrap(), "--workers", "2"])
-        .output()
+        .output_bounded()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
@@ -124,7 +125,7 @@ fn a_plugin_that_crashes_in_init_is_reported_once_before_binding() {
 fn workers_that_all_die_at_start_stop_the_server_with_1() {
     let p = bad_plugin("crash_in_worker_init", &["-DCRASH_IN_WORKER_INIT"]);
     let mut cmd = command(&["--plugin", p.to_str().unwrap(), "--workers", "2"]);
-    let out = cmd.output().unwrap();
+    let out = cmd.output_bounded().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
@@ -331,7 +332,7 @@ fn the_log_level_hides_the_tuning_detail_by_default() {
         "{debug}"
     );
     let bad = command(&["--plugin", "hello_c", "--log-level", "loud"])
-        .output()
+        .output_bounded()
         .unwrap();
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("error, warn, info or debug"));
@@ -429,7 +430,7 @@ fn exec_failure_in_spawn_mode_is_reported_with_78() {
     let args = hello_args(&["--spawn-workers"]);
     let mut cmd = command(&args.iter().map(String::as_str).collect::<Vec<_>>());
     cmd.env("M0_SPAWN_EXE", "/nonexistent/m0serve");
-    let out = cmd.output().unwrap();
+    let out = cmd.output_bounded().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(78), "{err}");
     assert!(err.contains("exec of /nonexistent/m0serve failed"), "{err}");
@@ -443,7 +444,7 @@ fn a_second_server_on_the_same_port_exits_1_naming_the_port() {
     let mut cmd = std::process::Command::new(support::binary());
     cmd.args(&args)
         .args(["--host", "127.0.0.1", "--port", &port]);
-    let out = cmd.output().unwrap();
+    let out = cmd.output_bounded().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(

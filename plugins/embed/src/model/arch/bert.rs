@@ -25,6 +25,7 @@ use crate::model::layers::linear::{Linear, matmul};
 use crate::model::layers::norm::LayerNorm;
 use crate::model::layers::relative_bias::{NUM_BUCKETS, RelativeBias};
 use crate::model::mmap::{Scratch, Tensor};
+use crate::model::team::Pass;
 use crate::model::tensors::{Naming, TensorList};
 
 /// Where a sequence's position ids start.
@@ -414,7 +415,7 @@ impl Encoder for PostNormEncoder {
         2.0 * m as f64 * self.layers.len() as f64 * (4.0 * h * h + 2.0 * h * i)
     }
 
-    fn forward(&self, seqs: &[&[u32]], second: &[usize], threads: usize) -> Scratch {
+    fn forward(&self, seqs: &[&[u32]], second: &[usize], pass: &Pass) -> Scratch {
         let isa = self.isa;
         let h = self.hidden;
         let seqs: Vec<&[u32]> = seqs
@@ -434,6 +435,7 @@ impl Encoder for PostNormEncoder {
             ..Scores::default()
         };
         for layer in &self.layers {
+            let threads = pass.threads();
             matmul(isa, &x, m, &layer.qkv, &mut qkv, threads);
             self.attention
                 .forward(&qkv, &lens, &mut ctx, threads, scores);

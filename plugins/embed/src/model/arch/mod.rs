@@ -29,6 +29,7 @@ pub(crate) mod roberta;
 use super::cache::Packed;
 use super::kernels::Isa;
 use super::mmap::Scratch;
+use super::team::Pass;
 use super::tensors::TensorList;
 
 /// What every architecture's config.json says of its shape.
@@ -71,13 +72,13 @@ pub(crate) trait Architecture: Send + Sync {
 /// A loaded encoder: the packed forward pass.
 pub(crate) trait Encoder: Send + Sync {
     /// The last hidden state of every token of every sequence, packed:
-    /// `sum(lens) x hidden` rows, sequence after sequence, on `threads`
-    /// threads of the current rayon pool. Sequences longer than max_len
+    /// `sum(lens) x hidden` rows, sequence after sequence, each layer on
+    /// as many threads as `pass` has at its start. Sequences longer than max_len
     /// are cut to it; ids outside the vocabulary read as 0. `second[i]` is
     /// where sequence i's second text (token type 1) starts, for the
     /// architectures that read token types in a cross-encoder; others
     /// ignore it.
-    fn forward(&self, seqs: &[&[u32]], second: &[usize], threads: usize) -> Scratch;
+    fn forward(&self, seqs: &[&[u32]], second: &[usize], pass: &Pass) -> Scratch;
 
     /// Multiply-adds x2 of the dense layers for `tokens` tokens (for
     /// GFLOP/s in benchmarks: attention, norms and activations not

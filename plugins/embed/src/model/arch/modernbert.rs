@@ -44,6 +44,7 @@ use crate::model::layers::linear::{Linear, matmul};
 use crate::model::layers::norm::{LayerNorm, residual_add};
 use crate::model::layers::rotary::{Rotary, positions};
 use crate::model::mmap::{Scratch, Tensor};
+use crate::model::team::Pass;
 use crate::model::tensors::{Naming, TensorList};
 
 const WORD: &str = "embeddings.tok_embeddings.weight";
@@ -338,7 +339,7 @@ impl Encoder for ModernBertEncoder {
         2.0 * m as f64 * self.layers.len() as f64 * (4.0 * h * h + 3.0 * h * i)
     }
 
-    fn forward(&self, seqs: &[&[u32]], _second: &[usize], threads: usize) -> Scratch {
+    fn forward(&self, seqs: &[&[u32]], _second: &[usize], pass: &Pass) -> Scratch {
         let isa = self.isa;
         let (h, inter) = (self.hidden, self.intermediate);
         let seqs: Vec<&[u32]> = seqs
@@ -369,6 +370,7 @@ impl Encoder for ModernBertEncoder {
         let mut wi = Scratch::zeroed(m * 2 * inter);
         let mut act = Scratch::zeroed(m * inter);
         for layer in &self.layers {
+            let threads = pass.threads();
             let input: &[f32] = match &layer.attn_norm {
                 Some(norm) => {
                     norm.to(isa, &x, &mut normed, threads);
@@ -408,7 +410,7 @@ impl Encoder for ModernBertEncoder {
             matmul(isa, &act, m, &layer.wo, &mut tmp, threads);
             residual_add(isa, &mut x, &tmp, h, threads);
         }
-        self.final_norm.to(isa, &x, &mut normed, threads);
+        self.final_norm.to(isa, &x, &mut normed, pass.threads());
         normed
     }
 }

@@ -211,7 +211,7 @@ pub(crate) struct Splade {
 impl Splade {
     /// Each sequence's sparse vector (`lens[i]` rows of `states` each, one
     /// after another): its nonzero (index, value) in ascending index, on
-    /// `threads` threads of the current rayon pool.
+    /// `threads` threads (`team.rs`).
     pub(crate) fn vectors(
         &self,
         states: &[f32],
@@ -228,12 +228,7 @@ impl Splade {
         drop(x);
         let blocks = self.spec.vocab.div_ceil(BLOCK);
         let one = |b: usize| self.block(&t, m, lens, b);
-        let parts: Vec<Vec<Vec<(u32, f32)>>> = if threads > 1 && blocks > 1 {
-            use rayon::prelude::*;
-            (0..blocks).into_par_iter().map(one).collect()
-        } else {
-            (0..blocks).map(one).collect()
-        };
+        let parts: Vec<Vec<Vec<(u32, f32)>>> = crate::model::team::map(threads, blocks, one);
         let mut out: Vec<Vec<(u32, f32)>> = vec![Vec::new(); lens.len()];
         for part in parts {
             for (o, p) in out.iter_mut().zip(part) {

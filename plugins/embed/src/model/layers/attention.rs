@@ -59,7 +59,7 @@ pub(crate) struct Attention {
 impl Attention {
     /// ctx (`lens.sum() x hidden`) from qkv (`lens.sum() x 3 hidden`), the
     /// sequences of `lens` tokens one after another, over `threads` threads
-    /// of the current rayon pool.
+    /// (`team.rs`).
     pub(crate) fn forward(
         &self,
         qkv: &[f32],
@@ -90,12 +90,7 @@ impl Attention {
             let rows = &qkv[start * 3 * h..(start + len) * 3 * h];
             self.one(rows, len, head, out, &scores);
         };
-        if threads > 1 && tasks.len() > 1 {
-            use rayon::prelude::*;
-            tasks.into_par_iter().with_min_len(1).for_each(run);
-        } else {
-            tasks.into_iter().for_each(run);
-        }
+        crate::model::team::each_item(threads, tasks, run);
         // Back to token-major [token][head * dh].
         let mut off = 0;
         let mut start = 0;

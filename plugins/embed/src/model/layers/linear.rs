@@ -22,6 +22,7 @@
 
 use crate::model::kernels::Isa;
 use crate::model::mmap::Tensor;
+use crate::model::team;
 
 pub(crate) use bf16::Bf16Kernel;
 
@@ -134,13 +135,14 @@ impl Linear {
 #[derive(Clone, Copy)]
 struct SendPtr(*mut f32);
 // SAFETY: only used to hand disjoint column ranges of one output matrix to
-// the threads of one rayon scope, which ends before the matrix is used again.
+// the threads of one split (team::each), which ends before the matrix is
+// used again.
 unsafe impl Send for SendPtr {}
 // SAFETY: as above; shared only to be copied.
 unsafe impl Sync for SendPtr {}
 
-/// out[m, n] = a[m, k] x lin + lin.b, over `threads` threads of the current
-/// rayon pool (1: on this thread).
+/// out[m, n] = a[m, k] x lin + lin.b, over `threads` threads (1: on this
+/// thread; more: this one and the process's helpers, `team.rs`).
 pub(crate) fn matmul(isa: Isa, a: &[f32], m: usize, lin: &Linear, out: &mut [f32], threads: usize) {
     let (k, n) = (lin.k, lin.n);
     assert!(
@@ -167,12 +169,10 @@ pub(crate) fn matmul(isa: Isa, a: &[f32], m: usize, lin: &Linear, out: &mut [f32
         return;
     }
     let per = panels.div_ceil(chunks);
-    rayon::scope(|s| {
-        for c in 0..chunks {
-            let (lo, hi) = (c * per, ((c + 1) * per).min(panels));
-            if lo < hi {
-                s.spawn(move |_| run(lo, hi));
-            }
+    team::each(chunks, chunks, |c| {
+        let (lo, hi) = (c * per, ((c + 1) * per).min(panels));
+        if lo < hi {
+            run(lo, hi);
         }
     });
 }

@@ -30,7 +30,7 @@ pub(crate) mod tied;
 pub(crate) mod window;
 
 /// Runs `f(rows, first_row)` over `a` (rows of `row` floats) cut into
-/// `threads` runs of whole rows, in parallel on the current rayon pool when
+/// `threads` runs of whole rows, on as many threads (`team.rs`) when
 /// `threads` > 1.
 pub(crate) fn for_rows(
     threads: usize,
@@ -44,8 +44,6 @@ pub(crate) fn for_rows(
         return;
     }
     let per = m.div_ceil(threads);
-    use rayon::prelude::*;
-    a.par_chunks_mut(per * row)
-        .enumerate()
-        .for_each(|(i, rows)| f(rows, i * per));
+    let runs: Vec<(usize, &mut [f32])> = a.chunks_mut(per * row).enumerate().collect();
+    crate::model::team::each_item(threads, runs, |(i, rows)| f(rows, i * per));
 }

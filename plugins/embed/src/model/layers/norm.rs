@@ -18,7 +18,7 @@ pub(crate) struct LayerNorm {
 
 impl LayerNorm {
     /// x = layer_norm(x + y) per row of x (rows of `g.len()`), over
-    /// `threads` threads of the current rayon pool.
+    /// `threads` threads (`team.rs`).
     pub(crate) fn residual(&self, isa: Isa, x: &mut [f32], y: &[f32], threads: usize) {
         let h = self.g.len();
         for_rows(threads, x, h, |rows, first| {
