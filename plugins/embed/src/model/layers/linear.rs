@@ -171,12 +171,6 @@ unsafe fn panels_product(
         }
         return;
     }
-    #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 {
-        // SAFETY: the caller's contract; Isa::Avx2 is what this CPU runs.
-        unsafe { avx2_blocked::product(a, m, lin, lo, hi, out) };
-        return;
-    }
     let _ = isa;
     let (k, n) = (lin.k, lin.n);
     let c0 = lo * PANEL;
@@ -222,8 +216,6 @@ unsafe fn panels_product(
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
-#[cfg(target_arch = "x86_64")]
-mod avx2_blocked;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 
