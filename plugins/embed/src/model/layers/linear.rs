@@ -102,6 +102,7 @@ unsafe impl Sync for SendPtr {}
 /// out[m, n] = a[m, k] x lin + lin.b, over `threads` threads of the current
 /// rayon pool (1: on this thread).
 pub(crate) fn matmul(isa: Isa, a: &[f32], m: usize, lin: &Linear, out: &mut [f32], threads: usize) {
+    let _span = crate::model::profile::span(crate::model::profile::Part::Products);
     let (k, n) = (lin.k, lin.n);
     assert!(
         a.len() >= m * k && out.len() >= m * n,
