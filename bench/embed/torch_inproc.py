@@ -7,9 +7,9 @@ the sentences of bench/embed/sentences.json, as ort_inproc.py calls ONNX Runtime
         [--threads 2] [--batch 1,32] [--duration S] [--warmup S] [--mode bf16|autocast]
 
 bf16 (the default) is `model.to(torch.bfloat16)`: the weights cast once, so every product is
-bf16 x bf16 (oneDNN's, on AMX or AVX512-BF16 where the CPU has them, otherwise converted to
-f32 on the fly) and so are the layer norms' and GELU's inputs and outputs; what sentence-
-transformers' users do for bf16 on a CPU. `--mode autocast` runs the f32 model under
+bf16 x bf16 (on AMX or AVX512-BF16 where the CPU has them; on a CPU with neither, torch's
+fallback, far slower than its f32: RESULTS.md's embed notes) and so are the layer norms' and
+GELU's inputs and outputs; what sentence-transformers' users do for bf16 on a CPU. `--mode autocast` runs the f32 model under
 torch.autocast("cpu", dtype=torch.bfloat16), which casts each weight again at every call and
 keeps the norms and softmax in f32; it is there to compare, not for the bench. `--mode f32`
 is the model as loaded, for the same reason.
