@@ -72,20 +72,26 @@ def session(path: Path, threads: int):
     return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
 
-def measure(model, sess, tok, sentences: list[str], batch: int, duration: float, warmup: float) -> dict:
-    if batch == 1:
-        calls = [[s] for s in sentences]
-    else:
-        calls = [sentences[i:i + batch] for i in range(0, len(sentences) - batch + 1, batch)]
-    # Real tokens of each call (the same tokenizer as the timed path).
-    call_flops = [sum(model.flops(sum(e.attention_mask)) for e in tok.encode_batch(c)) for c in calls]
+def ort_call(model, sess, tok):
+    """One call of the anchor: tokenize a list of sentences and run the graph."""
     names = [i.name for i in sess.get_inputs()]       # MPNet's graph has no token_type_ids
 
     def one(c):
         out = sess.run(["sentence_embedding"], dict(zip(names, model.encode_batch(tok, c))))[0]
         assert out.shape == (len(c), model.HIDDEN)
         return out
+    return one
 
+
+def measure(model, one, tok, sentences: list[str], batch: int, duration: float, warmup: float) -> dict:
+    """time_calls() of one(sentences) over calls of `batch` sentences (batch 1 cycles through
+    them one per call, batch 32 sends 0-31 then 32-63), plus the GFLOP/s of their real tokens
+    (counted with `tok`, the timed path's tokenizer). torch_inproc.py times its calls so too."""
+    if batch == 1:
+        calls = [[s] for s in sentences]
+    else:
+        calls = [sentences[i:i + batch] for i in range(0, len(sentences) - batch + 1, batch)]
+    call_flops = [sum(model.flops(sum(e.attention_mask)) for e in tok.encode_batch(c)) for c in calls]
     r = time_calls(one, calls, duration, warmup)
     fl = sum(call_flops[i % len(calls)] for i in range(r["calls"]))
     return {"sentences_per_s": r.pop("inputs_per_s"), **r, "gflops": fl / r["wall_s"] / 1e9}
@@ -132,6 +138,8 @@ def main() -> int:
     ap.add_argument("--model", choices=sorted(MODELS), default="minilm",
                     help="all-MiniLM-L6-v2 (default) or all-mpnet-base-v2")
     ap.add_argument("--onnx", type=Path, help="the graph (default: the model's under bench/out/embed)")
+    ap.add_argument("--name", default="ort",
+                    help="the configurations' names start with it (quantize_onnx.py's graph: ort-int8)")
     ap.add_argument("--threads", default="1,2", help="intra_op_num_threads values (default 1,2)")
     ap.add_argument("--batch", default="1,32", help="sentences per call (default 1,32)")
     ap.add_argument("--duration", type=float, default=10.0, help="measured seconds per configuration")
@@ -167,11 +175,11 @@ def main() -> int:
     for threads, batch in configs:
         os.sched_setaffinity(0, {min(all_cpus)} if threads == 1 else all_cpus)
         sess = session(onnx_path, threads)
-        r = measure(model, sess, tok, sentences, batch, args.duration, args.warmup)
+        r = measure(model, ort_call(model, sess, tok), tok, sentences, batch, args.duration, args.warmup)
         del sess
-        r = {"config": f"ort t{threads} b{batch}", "model": model.NAME if model is mpnet else "all-MiniLM-L6-v2", "threads": threads, "batch": batch,
+        r = {"config": f"{args.name} t{threads} b{batch}", "model": model.NAME if model is mpnet else "all-MiniLM-L6-v2", "threads": threads, "batch": batch,
              "pinned": "CPU 0" if threads == 1 else "none", "onnxruntime": ort.__version__, **r}
-        print(f"ORT {ort.__version__} threads={threads} batch={batch}: "
+        print(f"{args.name} {ort.__version__} threads={threads} batch={batch}: "
               f"{r['sentences_per_s']:.0f} sentences/s, p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, "
               f"CPU {r['cpu_pct']:.0f}%, {r['gflops']:.1f} GFLOP/s, other load {r['other_pct']:.0f}% "
               f"({r['calls']} calls)", file=sys.stderr, flush=True)

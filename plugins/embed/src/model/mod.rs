@@ -100,7 +100,8 @@
 //! (safetensors), `mmap` (the mappings: shared read-only files, per-pass
 //! scratch), `config` (the sentence-transformers files), `static_folder`
 //! (a StaticEmbedding model's folder, served by a native backend), `tokenize`,
-//! `pooling`, `error`.
+//! `pooling`, `error`; `profile` (the share of a pass in each kind of
+//! layer, with the `profile` feature).
 
 mod arch;
 mod cache;
@@ -112,6 +113,7 @@ mod kernels;
 mod layers;
 mod mmap;
 mod pooling;
+pub mod profile;
 mod registry;
 mod static_folder;
 mod strided;

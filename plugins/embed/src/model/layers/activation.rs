@@ -3,6 +3,7 @@
 
 use super::for_rows;
 use crate::model::kernels::{self, Isa};
+use crate::model::profile::{self, Part};
 
 /// The names [`Activation::from_name`] takes, for refusals.
 pub(crate) const ACTIVATIONS: &str = "gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, relu";
@@ -31,6 +32,7 @@ impl Activation {
 
     /// y = act(y) over rows of `width`, on `threads` threads.
     pub(crate) fn apply(self, isa: Isa, y: &mut [f32], width: usize, threads: usize) {
+        let _span = profile::span(Part::Activation);
         for_rows(threads, y, width, |rows, _| match self {
             Activation::GeluErf => kernels::gelu_erf(isa, rows),
             Activation::GeluTanh => kernels::gelu_tanh(isa, rows),

@@ -16,6 +16,7 @@ use super::relative_bias::{RelativeBias, scale_add_bias};
 use super::window::attention_head_banded;
 use crate::model::kernels::{self, Isa};
 use crate::model::mmap::Scratch;
+use crate::model::profile::{self, Part};
 use crate::model::strided::matmul_strided;
 
 /// Sequences up to this long take the row-by-row attention kernel; longer
@@ -68,6 +69,7 @@ impl Attention {
         threads: usize,
         scores: Scores<'_>,
     ) {
+        let _span = profile::span(Part::Attention);
         let h = self.hidden;
         let heads = self.heads;
         let dh = h / heads;

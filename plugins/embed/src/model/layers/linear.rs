@@ -144,6 +144,7 @@ unsafe impl Sync for SendPtr {}
 /// out[m, n] = a[m, k] x lin + lin.b, over `threads` threads (1: on this
 /// thread; more: this one and the process's helpers, `team.rs`).
 pub(crate) fn matmul(isa: Isa, a: &[f32], m: usize, lin: &Linear, out: &mut [f32], threads: usize) {
+    let _span = crate::model::profile::span(crate::model::profile::Part::Products);
     let (k, n) = (lin.k, lin.n);
     assert!(
         a.len() >= m * k && out.len() >= m * n,

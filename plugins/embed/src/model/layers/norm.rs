@@ -8,6 +8,7 @@
 use super::for_rows;
 use crate::model::kernels::{self, Isa};
 use crate::model::mmap::Tensor;
+use crate::model::profile::{self, Part};
 
 /// A LayerNorm's scale, shift and epsilon.
 pub(crate) struct LayerNorm {
@@ -20,6 +21,7 @@ impl LayerNorm {
     /// x = layer_norm(x + y) per row of x (rows of `g.len()`), over
     /// `threads` threads (`team.rs`).
     pub(crate) fn residual(&self, isa: Isa, x: &mut [f32], y: &[f32], threads: usize) {
+        let _span = profile::span(Part::LayerNorms);
         let h = self.g.len();
         for_rows(threads, x, h, |rows, first| {
             let y = &y[first * h..first * h + rows.len()];
@@ -30,6 +32,7 @@ impl LayerNorm {
     /// out = layer_norm(x) per row, x kept: a pre-norm block's sublayer
     /// input (or a final norm), on `threads` threads.
     pub(crate) fn to(&self, isa: Isa, x: &[f32], out: &mut [f32], threads: usize) {
+        let _span = profile::span(Part::LayerNorms);
         let h = self.g.len();
         for_rows(threads, out, h, |rows, first| {
             let x = &x[first * h..first * h + rows.len()];
@@ -39,6 +42,7 @@ impl LayerNorm {
 
     /// One token's embeddings: out = layer_norm(word + pos + ty).
     pub(crate) fn embed(&self, isa: Isa, out: &mut [f32], word: &[f32], pos: &[f32], ty: &[f32]) {
+        let _span = profile::span(Part::LayerNorms);
         kernels::embed_layer_norm(isa, out, word, pos, ty, &self.g, &self.b, self.eps);
     }
 }
