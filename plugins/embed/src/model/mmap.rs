@@ -149,10 +149,6 @@ impl<T: Element> Deref for Tensor<T> {
 /// alone; smaller ones come from the allocator.
 const MAPPED_SCRATCH: usize = 1 << 20;
 
-/// Mapped scratch of at least this many bytes asks for huge pages: one
-/// x86-64 huge page, below which none fits.
-const HUGE_PAGE: usize = 2 << 20;
-
 /// A zeroed f32 buffer for one forward pass. Large ones are anonymous
 /// private mappings, unmapped on drop, so a worker's memory after a long
 /// batch is what it runs next, not the longest batch it ever saw.
@@ -185,17 +181,6 @@ impl Scratch {
                 )
             };
             if ptr != libc::MAP_FAILED {
-                if bytes >= HUGE_PAGE {
-                    // Transparent huge pages where the kernel has them
-                    // (its default mode here is `madvise`): a pass
-                    // touches each of its buffers once from zero, and
-                    // 4 KB pages cost it a fault each, 2,800 of them for
-                    // the reranker's 32 pairs; 2 MB pages cut that 512
-                    // times. Advice only: refused (no THP), the mapping
-                    // works as before.
-                    // SAFETY: ptr..ptr + bytes is the mapping just made.
-                    unsafe { libc::madvise(ptr, bytes, libc::MADV_HUGEPAGE) };
-                }
                 return Scratch {
                     ptr: ptr.cast::<f32>(),
                     len,
