@@ -21,7 +21,7 @@ Exit codes:
 
 The embed and pyembed plugins read M0_EMBED_* variables (the README's
 \"Sentence embeddings\" section has each with its default):
-  M0_EMBED_THREADS                compute threads of one call
+  M0_EMBED_THREADS                most compute threads of one forward pass (default: the worker's CPUs)
   M0_EMBED_MAX_BATCH_REQUESTS     requests embedded together
   M0_EMBED_MAX_BATCH_BYTES        body bytes in such a batch
   M0_EMBED_MAX_CLIENT_BATCH_SIZE  inputs in one request on TEI's routes
@@ -37,6 +37,7 @@ The embed and pyembed plugins read M0_EMBED_* variables (the README's
   M0_EMBED_CACHE_DIR              where the packed weights go when the model folder is read-only
   M0_EMBED_MODEL_DIR              pyembed's model folder
   M0_EMBED_BACKEND                embed's forward pass in a library of include/m0embed_backend.h
+  M0_EMBED_DTYPE                  auto (bfloat16 where the CPU has AMX-BF16 or AVX512-BF16), float32 or bfloat16
 pyembed also reads M0_PYEMBED_GIL and its backend's M0_PYEMBED_* settings.
 
 Examples:
