@@ -6,7 +6,7 @@
 //! Each timed layer function opens a span of its [`Part`] on its first
 //! line; the span adds its wall time to that part's total when it ends.
 //! The spans sit on the thread that calls the layer, around the whole
-//! call (its rayon work included), so with one pass at a time the totals
+//! call (its helpers' pieces included), so with one pass at a time the totals
 //! are wall time and add up to less than the pass: what is left
 //! (embeddings' lookup, scratch buffers, pooling) is the pass's time
 //! minus their sum. No timed function calls another, so nothing is

@@ -13,8 +13,23 @@
 //! waiting for its pieces cannot pick up another pass and finish late
 //! behind it, which a pass running inside a work-stealing pool could.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::any::Any;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+
+/// How long an idle helper watches for the next split before it sleeps. A
+/// pass posts its splits microseconds apart (one per product, per layer),
+/// and waking a sleeping thread costs more than that, most on a virtual
+/// machine; past this an idle helper costs nothing. Only a worker whose
+/// passes split (a lone pass) spins: under load every pass computes alone.
+const HELPER_SPIN: Duration = Duration::from_micros(300);
+
+/// How long a pass watches for its helpers' last pieces before it sleeps
+/// (their pieces are as long as its own, so they end about together).
+const PASS_SPIN: Duration = Duration::from_micros(100);
 
 /// CPUs the passes of this process share; 0 until [`share_cpus`]: then
 /// the CPUs the process may run on.
@@ -23,10 +38,10 @@ static CPUS: AtomicUsize = AtomicUsize::new(0);
 /// Passes computing now, in this process.
 static ACTIVE: AtomicUsize = AtomicUsize::new(0);
 
-/// The helpers: one fewer than the CPUs shared, the pass's own thread
-/// being the last. `None` when they could not be started (passes then
-/// compute on their own thread).
-static HELPERS: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
+/// The helpers' board: one fewer helpers than the CPUs shared, the pass's
+/// own thread being the last. `None` when none could be started (passes
+/// then compute on their own thread).
+static TEAM: OnceLock<Option<&'static Team>> = OnceLock::new();
 
 /// Sets the CPUs the passes of this process share (a server's worker: its
 /// part of the CPUs). Call it before the first pass: the helpers are
@@ -89,52 +104,215 @@ impl Drop for Pass {
     }
 }
 
-fn helpers() -> Option<&'static rayon::ThreadPool> {
-    HELPERS
-        .get_or_init(|| {
-            let n = shared_cpus().saturating_sub(1);
-            if n == 0 {
-                return None;
+/// The split work `f`, its borrow's lifetime erased so that helpers can
+/// hold the job ([`each`] says why that is sound).
+type Piece = &'static (dyn Fn(usize) + Sync);
+
+/// One split posted by a pass: the indices 0..n of `f`, each taken once by
+/// whichever thread asks next.
+struct Job {
+    f: Piece,
+    n: usize,
+    next: AtomicUsize,
+    done: AtomicUsize,
+    /// Helpers that may still join (the split's threads less the pass's).
+    seats: AtomicUsize,
+    /// A helper's piece panicked (its message went to stderr then).
+    panicked: AtomicBool,
+    /// The pass's thread, woken when the last piece is done.
+    waiter: Thread,
+}
+
+impl Job {
+    /// Runs the next index until none is left; the first panic's payload
+    /// (the rest run on, so that every index is done once).
+    fn work(&self) -> Option<Box<dyn Any + Send>> {
+        let mut first = None;
+        loop {
+            let i = self.next.fetch_add(1, Ordering::Relaxed);
+            if i >= self.n {
+                return first;
             }
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(n)
-                .thread_name(|i| format!("m0-embed-{i}"))
-                .build()
-                .ok()
-        })
-        .as_ref()
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| (self.f)(i))) {
+                self.panicked.store(true, Ordering::Relaxed);
+                first.get_or_insert(payload);
+            }
+            // Release: the piece's writes are seen by the pass that sees
+            // the count.
+            if self.done.fetch_add(1, Ordering::AcqRel) + 1 == self.n {
+                self.waiter.unpark();
+            }
+        }
+    }
+
+    /// A helper may join: a seat left and an index not yet taken.
+    fn seat(&self) -> bool {
+        self.next.load(Ordering::Relaxed) < self.n
+            && self
+                .seats
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| s.checked_sub(1))
+                .is_ok()
+    }
+
+    /// Until every index is done: spinning a while, then asleep until the
+    /// thread that ends the last piece wakes this one.
+    fn wait(&self) {
+        let since = Instant::now();
+        let mut spins = 0u32;
+        while self.done.load(Ordering::Acquire) < self.n {
+            spins = spins.wrapping_add(1);
+            if !spins.is_multiple_of(64) || since.elapsed() < PASS_SPIN {
+                std::hint::spin_loop();
+            } else {
+                // A wake-up given before this sleep is kept, so none is
+                // lost; the timeout only bounds a stray early one.
+                std::thread::park_timeout(Duration::from_millis(1));
+            }
+        }
+    }
+}
+
+/// The splits open now, and how helpers learn of a new one.
+struct Team {
+    board: Mutex<Board>,
+    wake: Condvar,
+    /// Bumped at each post: spinning helpers watch it.
+    posted: AtomicU64,
+}
+
+#[derive(Default)]
+struct Board {
+    open: Vec<Arc<Job>>,
+    sleeping: usize,
+}
+
+impl Team {
+    fn board(&self) -> MutexGuard<'_, Board> {
+        // A panic never happens under this lock (only pushes, removes and
+        // counts), so a poisoned board is still whole.
+        self.board.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn post(&self, job: &Arc<Job>) {
+        let mut b = self.board();
+        b.open.push(Arc::clone(job));
+        self.posted.fetch_add(1, Ordering::Release);
+        if b.sleeping > 0 {
+            self.wake.notify_all();
+        }
+    }
+
+    fn withdraw(&self, job: &Arc<Job>) {
+        self.board().open.retain(|j| !Arc::ptr_eq(j, job));
+    }
+
+    /// A split this helper may join, if any.
+    fn take(&self) -> Option<Arc<Job>> {
+        self.board().open.iter().find(|j| j.seat()).cloned()
+    }
+
+    /// A helper's life: join splits while there are, watch for the next a
+    /// while, then sleep until one is posted.
+    fn help(&self) {
+        let mut seen = self.posted.load(Ordering::Acquire);
+        loop {
+            if let Some(job) = self.take() {
+                // Its panic was printed by the hook; the pass re-raises.
+                drop(job.work());
+                continue;
+            }
+            let since = Instant::now();
+            let mut spins = 0u32;
+            loop {
+                let now = self.posted.load(Ordering::Acquire);
+                if now != seen {
+                    seen = now;
+                    break;
+                }
+                spins = spins.wrapping_add(1);
+                if !spins.is_multiple_of(64) || since.elapsed() < HELPER_SPIN {
+                    std::hint::spin_loop();
+                    continue;
+                }
+                // Posts bump the count under this lock: checked again
+                // here, none is missed.
+                let mut b = self.board();
+                while self.posted.load(Ordering::Acquire) == seen {
+                    b.sleeping += 1;
+                    b = self.wake.wait(b).unwrap_or_else(|e| e.into_inner());
+                    b.sleeping -= 1;
+                }
+                seen = self.posted.load(Ordering::Acquire);
+                break;
+            }
+        }
+    }
+}
+
+/// The team, its helpers started at the first split: `None` when the
+/// process shares one CPU or not one helper could be started.
+fn team() -> Option<&'static Team> {
+    *TEAM.get_or_init(|| {
+        let helpers = shared_cpus().saturating_sub(1);
+        if helpers == 0 {
+            return None;
+        }
+        // One a process, for its life: its helpers hold it.
+        let team: &'static Team = Box::leak(Box::new(Team {
+            board: Mutex::new(Board::default()),
+            wake: Condvar::new(),
+            posted: AtomicU64::new(0),
+        }));
+        let started = (0..helpers)
+            .filter(|i| {
+                std::thread::Builder::new()
+                    .name(format!("m0-embed-{i}"))
+                    .spawn(move || team.help())
+                    .is_ok()
+            })
+            .count();
+        (started > 0).then_some(team)
+    })
 }
 
 /// `f(i)` for every i in 0..n, on this thread and up to `threads - 1`
 /// helpers. Each thread takes the next index until none is left, so a
-/// helper that wakes late takes less and the pass never waits on a piece
-/// nobody started.
+/// helper that joins late takes less, and one that never joins leaves its
+/// pieces to this thread: a split never waits on a piece nobody started.
 pub(crate) fn each(threads: usize, n: usize, f: impl Fn(usize) + Sync) {
-    let helpers = match helpers() {
-        Some(h) if threads > 1 && n > 1 => h,
+    let team = match team() {
+        Some(t) if threads > 1 && n > 1 => t,
         _ => {
             (0..n).for_each(f);
             return;
         }
     };
-    let next = AtomicUsize::new(0);
-    let work = || {
-        loop {
-            let i = next.fetch_add(1, Ordering::Relaxed);
-            if i >= n {
-                break;
-            }
-            f(i);
-        }
-    };
-    // This thread is not one of the helpers: it runs its share here and
-    // then blocks until the helpers' pieces are done.
-    helpers.in_place_scope(|s| {
-        for _ in 1..threads.min(n) {
-            s.spawn(|_| work());
-        }
-        work();
+    let f: &(dyn Fn(usize) + Sync) = &f;
+    // SAFETY: only the lifetime changes. `f` is called only for an index
+    // taken below n, and this function returns (or unwinds) only after all
+    // n are done and the job is off the board: no call outlives the borrow.
+    // A helper that holds the job after that only reads its counters.
+    let f: Piece = unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync), Piece>(f) };
+    let job = Arc::new(Job {
+        f,
+        n,
+        next: AtomicUsize::new(0),
+        done: AtomicUsize::new(0),
+        seats: AtomicUsize::new(threads.min(n) - 1),
+        panicked: AtomicBool::new(false),
+        waiter: std::thread::current(),
     });
+    team.post(&job);
+    let own = job.work();
+    team.withdraw(&job);
+    job.wait();
+    if let Some(payload) = own {
+        resume_unwind(payload);
+    }
+    assert!(
+        !job.panicked.load(Ordering::Relaxed),
+        "a helper's piece of this split panicked (its message is above)"
+    );
 }
 
 /// `f(item)` for every item, as [`each`] splits indices.
@@ -202,6 +380,53 @@ mod tests {
                 });
                 assert_eq!(sum.load(Ordering::Relaxed), (n * (n + 1) / 2) as u64);
             }
+        }
+    }
+
+    #[test]
+    fn a_panicking_piece_reaches_the_pass_and_the_team_serves_on() {
+        for bad in [0, 5] {
+            let ran = AtomicU64::new(0);
+            let got = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                each(2, 8, |i| {
+                    ran.fetch_add(1, Ordering::Relaxed);
+                    assert_ne!(i, bad, "piece {i} fails");
+                });
+            }));
+            assert!(got.is_err(), "piece {bad}'s panic reached the caller");
+            // Every other piece still ran once: none was left half-taken.
+            assert_eq!(ran.load(Ordering::Relaxed), 8);
+        }
+        assert_eq!(map(2, 4, |i| i + 1), vec![1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn passes_splitting_at_once_each_get_every_index_once() {
+        let passes: Vec<u64> = std::thread::scope(|s| {
+            let runs: Vec<_> = (0..4u64)
+                .map(|p| {
+                    s.spawn(move || {
+                        let mut sum = 0;
+                        for round in 0..200u64 {
+                            let n = (round % 9) as usize;
+                            let got = map(3, n, |i| i as u64 * p + round);
+                            sum += got.iter().sum::<u64>();
+                        }
+                        sum
+                    })
+                })
+                .collect();
+            runs.into_iter().map(|r| r.join().unwrap()).collect()
+        });
+        for (p, sum) in passes.into_iter().enumerate() {
+            let p = p as u64;
+            let want: u64 = (0..200u64)
+                .map(|round| {
+                    let n = round % 9;
+                    (0..n).map(|i| i * p + round).sum::<u64>()
+                })
+                .sum();
+            assert_eq!(sum, want, "pass {p}");
         }
     }
 

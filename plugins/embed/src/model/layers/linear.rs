@@ -131,7 +131,7 @@ impl Linear {
     }
 }
 
-/// A pointer that may cross to another thread of the pool.
+/// A pointer that may cross to a helper thread (team.rs).
 #[derive(Clone, Copy)]
 struct SendPtr(*mut f32);
 // SAFETY: only used to hand disjoint column ranges of one output matrix to
@@ -295,10 +295,6 @@ mod tests {
         let lin = Linear::from_out_in(&[(&wq, &bq), (&wk, &bk)], k);
         let n = 73;
         assert_eq!((lin.k, lin.n, lin.panels()), (19, n, 2));
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(3)
-            .build()
-            .unwrap();
         for m in [1, 5, 6, 7, 12, 13, 25, SMALL_M_AVX2, SMALL_M, SMALL_M + 3] {
             let a: Vec<f32> = (0..m * k)
                 .map(|i| ((i * 3 % 17) as f32 - 8.0) / 4.0)
@@ -306,7 +302,7 @@ mod tests {
             for isa in Isa::all_supported() {
                 for threads in [1, 2, 3] {
                     let mut out = vec![f32::NAN; m * n + 5];
-                    pool.install(|| matmul(isa, &a, m, &lin, &mut out, threads));
+                    matmul(isa, &a, m, &lin, &mut out, threads);
                     for i in 0..m {
                         for j in 0..n {
                             let (w, b, jj) = if j < 23 {

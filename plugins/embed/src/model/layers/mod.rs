@@ -29,9 +29,15 @@ pub(crate) mod rotary;
 pub(crate) mod tied;
 pub(crate) mod window;
 
+/// Floats a thread takes at least in a row-wise split: a layer norm or an
+/// activation over fewer (a short sentence's dozen rows) ends in a few
+/// microseconds, about what handing half of it to a helper costs. Tests
+/// split at any size, so that the split's code is what they check.
+const MIN_FLOATS_A_THREAD: usize = if cfg!(test) { 1 } else { 16 * 1024 };
+
 /// Runs `f(rows, first_row)` over `a` (rows of `row` floats) cut into
 /// `threads` runs of whole rows, on as many threads (`team.rs`) when
-/// `threads` > 1.
+/// `threads` > 1 and each run is worth a thread.
 pub(crate) fn for_rows(
     threads: usize,
     a: &mut [f32],
@@ -39,6 +45,7 @@ pub(crate) fn for_rows(
     f: impl Fn(&mut [f32], usize) + Sync,
 ) {
     let m = a.len() / row.max(1);
+    let threads = threads.min(a.len() / MIN_FLOATS_A_THREAD);
     if threads <= 1 || m < 2 {
         f(a, 0);
         return;
