@@ -373,9 +373,9 @@ def run(opts) -> h.Report:
         notes.append("wrk runs on CPU 1, which the unpinned servers also use: what it spends there is "
                      "taken from a 2-core server (ORT with 2 threads has the box to itself), so the "
                      "unpinned rows' ratios to ORT 2 threads are pessimistic by up to wrk's share: at "
-                     f"most {wrk_cpu[top]:.0f}% of a core, ({top[0]}) b{top[1]} c{top[2]} (wrk CPU column). "
-                     "Row (p) is the fair one-core comparison: server on CPU 0, wrk on CPU 1, against "
-                     "ORT 1 thread on CPU 0.")
+                     f"most {wrk_cpu[top]:.0f}% of a core, ({top[0]}) b{top[1]} c{top[2]} (wrk CPU column)."
+                     + (" Row (p) is the fair one-core comparison: server on CPU 0, wrk on CPU 1, "
+                        "against ORT 1 thread on CPU 0." if "p" in m0 else ""))
     if RETRIED or M0_RETRIED:
         notes.append(f"Re-measured because others used > {h.NOISY}% of a core: "
                      + ", ".join(f"{n} {k}×" for n, k in {**RETRIED, **M0_RETRIED}.items()) + ".")
@@ -399,8 +399,8 @@ def run(opts) -> h.Report:
                                       capture_output=True, text=True).stdout.strip()
     setup = [
         f"{rounds} round(s) × {dur:g} s per configuration after a {warm:g} s warm-up; the anchors and the "
-        "m0serve configurations alternated (ORT, ORT int8, torch, a, b, c, p, then reversed); medians "
-        "over rounds.",
+        f"m0serve configurations alternated ({', '.join([*anchors, *(c.key for c in CONFIGS)])}, then "
+        "reversed); medians over rounds.",
         f"Sentences: bench/embed/sentences.json, {len(sentences)} held-out sentences, "
         f"{sum(desc['tokens'])} tokens ([CLS], [SEP] included; {min(desc['tokens'])}-{max(desc['tokens'])} each), "
         f"{tokens_per_req[1]:.1f} per 1-sentence call, {tokens_per_req[32]:.0f} per 32-sentence call; "
