@@ -136,6 +136,22 @@ fn matches_reference(family: &str, dir: &Path) {
                 &format!("{what} in the batch, raw"),
             );
         }
+        if r.pooling == Pooling::Cls {
+            // CLS pooling skips the last layer's work on the other tokens:
+            // what it gives is still the whole pass's first token state.
+            let states = m.token_states(&enc);
+            let mut row = 0;
+            for (i, e) in enc.iter().enumerate() {
+                let first = &states[row * dim..(row + 1) * dim];
+                let got = &raw[i * dim..(i + 1) * dim];
+                let d = max_abs_diff(got, first);
+                assert!(
+                    d <= 1e-5,
+                    "{family} threads {threads} sentence {i}: CLS pooling {d} off the whole pass"
+                );
+                row += e.tokens().min(info.max_len);
+            }
+        }
     }
     eprintln!(
         "{family}: {} sentences, worst cosine 1 - {:.1e}, max abs diff {:e}",

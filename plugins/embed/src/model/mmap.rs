@@ -8,7 +8,7 @@ use std::fs::File;
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::os::fd::AsRawFd;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// A whole file mapped `PROT_READ`, `MAP_SHARED`: its pages are the page
 /// cache's, shared by every process that maps the file, and never copied.
@@ -149,12 +149,54 @@ impl<T: Element> Deref for Tensor<T> {
 /// alone; smaller ones come from the allocator.
 const MAPPED_SCRATCH: usize = 1 << 20;
 
+/// Released scratch mappings kept for the next buffers, in bytes at most:
+/// a new mapping costs a page fault and a zeroed page for each 4 kB it is
+/// touched (3% of a 750-token pass), a kept one a memset. About two passes
+/// of 750 tokens of a 384-wide model; a longer batch's buffers are
+/// unmapped as before.
+const SPARE_BYTES: usize = 32 << 20;
+
+/// A spare not taken within this many scratch buffers asked for since it
+/// was released (a few passes) is unmapped: a worker's memory after a
+/// long batch comes back to what it runs next.
+const SPARE_AGE: u64 = 48;
+
+/// Mappings released and not yet taken again or unmapped.
+struct Spare {
+    /// (address, bytes, the count of buffers asked for when released).
+    maps: Vec<(usize, usize, u64)>,
+    asked: u64,
+}
+
+static SPARE: Mutex<Spare> = Mutex::new(Spare {
+    maps: Vec::new(),
+    asked: 0,
+});
+
+fn spare() -> std::sync::MutexGuard<'static, Spare> {
+    // Nothing under this lock panics; a poisoned list is still whole.
+    SPARE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Unmaps `bytes` at `addr`, a range mmap returned.
+///
+/// # Safety
+/// No slice of the range is used again.
+unsafe fn unmap(addr: usize, bytes: usize) {
+    // SAFETY: the caller's contract.
+    unsafe { libc::munmap(addr as *mut libc::c_void, bytes) };
+}
+
 /// A zeroed f32 buffer for one forward pass. Large ones are anonymous
-/// private mappings, unmapped on drop, so a worker's memory after a long
-/// batch is what it runs next, not the longest batch it ever saw.
+/// private mappings, kept for the next buffers a while when released
+/// ([`SPARE_BYTES`], [`SPARE_AGE`]) and then unmapped, so a worker's
+/// memory after a long batch is what it runs next, not the longest batch
+/// it ever saw.
 pub(crate) struct Scratch {
     ptr: *mut f32,
     len: usize,
+    /// The mapping's bytes (0: `heap` holds the buffer).
+    mapped: usize,
     heap: Option<Vec<f32>>,
 }
 
@@ -167,6 +209,47 @@ unsafe impl Sync for Scratch {}
 impl Scratch {
     pub(crate) fn zeroed(len: usize) -> Scratch {
         let bytes = len.checked_mul(4).expect("scratch size overflows");
+        let taken = {
+            let mut spare = spare();
+            spare.asked += 1;
+            let now = spare.asked;
+            // Past their age: unmapped.
+            spare.maps.retain(|&(addr, size, at)| {
+                let keep = now - at <= SPARE_AGE;
+                if !keep {
+                    // SAFETY: a released mapping nobody holds.
+                    unsafe { unmap(addr, size) };
+                }
+                keep
+            });
+            // The smallest spare that holds `bytes` and is not more than
+            // twice it (a small buffer does not hold a large one's pages).
+            let best = (bytes >= MAPPED_SCRATCH)
+                .then(|| {
+                    spare
+                        .maps
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, m)| m.1 >= bytes && m.1 <= bytes.saturating_mul(2))
+                        .min_by_key(|(_, m)| m.1)
+                        .map(|(i, _)| i)
+                })
+                .flatten();
+            best.map(|i| spare.maps.swap_remove(i))
+        };
+        if let Some((addr, size, _)) = taken {
+            let ptr = addr as *mut f32;
+            // SAFETY: a private mapping of `size` >= bytes that this
+            // Scratch now owns alone; zeroing makes it what a fresh one
+            // reads as.
+            unsafe { std::ptr::write_bytes(ptr, 0, len) };
+            return Scratch {
+                ptr,
+                len,
+                mapped: size,
+                heap: None,
+            };
+        }
         if bytes >= MAPPED_SCRATCH {
             // SAFETY: a fresh private anonymous mapping chosen by the
             // kernel; anonymous pages read as zero, which is 0.0f32.
@@ -184,6 +267,7 @@ impl Scratch {
                 return Scratch {
                     ptr: ptr.cast::<f32>(),
                     len,
+                    mapped: bytes,
                     heap: None,
                 };
             }
@@ -192,6 +276,7 @@ impl Scratch {
         Scratch {
             ptr: v.as_mut_ptr(),
             len,
+            mapped: 0,
             heap: Some(v),
         }
     }
@@ -215,10 +300,20 @@ impl DerefMut for Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        if self.heap.is_none() {
-            // SAFETY: the range mmap returned in zeroed (len * 4 bytes),
-            // unmapped once; no slice of it outlives self.
-            unsafe { libc::munmap(self.ptr.cast::<libc::c_void>(), self.len * 4) };
+        if self.heap.is_some() {
+            return;
+        }
+        let (addr, size) = (self.ptr as usize, self.mapped);
+        let mut spare = spare();
+        let kept: usize = spare.maps.iter().map(|m| m.1).sum();
+        if kept + size <= SPARE_BYTES {
+            let now = spare.asked;
+            spare.maps.push((addr, size, now));
+        } else {
+            drop(spare);
+            // SAFETY: the range mmap returned in zeroed (or a spare of
+            // it), unmapped once; no slice of it outlives self.
+            unsafe { unmap(addr, size) };
         }
     }
 }
@@ -236,6 +331,30 @@ mod tests {
             s[len - 1] = 2.5;
             assert_eq!(s[len - 1], 2.5);
         }
+    }
+
+    #[test]
+    fn a_released_mapping_is_taken_again_zeroed_and_unmapped_when_old() {
+        // A size no other test asks for, so the spare stays this test's.
+        let len = 7 * MAPPED_SCRATCH / 4 + 12_345;
+        let mut s = Scratch::zeroed(len);
+        s.iter_mut().for_each(|v| *v = 1.0);
+        let addr = s.ptr as usize;
+        drop(s);
+        let again = Scratch::zeroed(len - 100);
+        assert_eq!(again.ptr as usize, addr, "the spare was taken again");
+        assert!(again.iter().all(|&v| v == 0.0), "and zeroed");
+        drop(again);
+        assert!(spare().maps.iter().any(|m| m.0 == addr));
+        // Smaller buffers do not take it (more than twice their size)...
+        let small = Scratch::zeroed(MAPPED_SCRATCH / 4);
+        assert_ne!(small.ptr as usize, addr);
+        drop(small);
+        // ...and after SPARE_AGE more buffers it is unmapped.
+        for _ in 0..=SPARE_AGE {
+            drop(Scratch::zeroed(3));
+        }
+        assert!(!spare().maps.iter().any(|m| m.0 == addr));
     }
 
     #[test]

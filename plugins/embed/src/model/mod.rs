@@ -517,6 +517,15 @@ impl Model {
         if batch.is_empty() {
             return out;
         }
+        if self.info.pooling == Pooling::Cls {
+            if let Some(firsts) = self.first_states(batch) {
+                out.copy_from_slice(&firsts);
+                if normalize {
+                    normalize_rows(dim, &mut out);
+                }
+                return out;
+            }
+        }
         let seqs: Vec<&[u32]> = batch.iter().map(|e| e.ids()).collect();
         let hidden = self.forward(batch);
         let mut row = 0;
@@ -569,6 +578,20 @@ impl Model {
         self.encoder.forward(&seqs, &second, &pass)
     }
 
+    /// Each input's first token's last hidden state, `batch.len() x dim`,
+    /// from the encoder's shortcut ([`Encoder::forward_first`]); `None`
+    /// when the encoder has none or an input has no tokens (the caller
+    /// runs the whole pass).
+    fn first_states(&self, batch: &[Encoded]) -> Option<mmap::Scratch> {
+        if batch.iter().any(|e| e.ids().is_empty()) {
+            return None;
+        }
+        let seqs: Vec<&[u32]> = batch.iter().map(|e| e.ids()).collect();
+        let second: Vec<usize> = batch.iter().map(Encoded::second).collect();
+        let pass = team::Pass::begin(self.info.threads);
+        self.encoder.forward_first(&seqs, &second, &pass)
+    }
+
     /// Each input's tokens in the pass (cut at max_len, as the encoder
     /// cuts them).
     fn lens(&self, batch: &[Encoded]) -> Vec<usize> {
@@ -596,6 +619,11 @@ impl Model {
         };
         if batch.is_empty() {
             return Vec::new();
+        }
+        if head.reads_first_token_only() {
+            if let Some(firsts) = self.first_states(batch) {
+                return head.logits(&firsts, &vec![1; batch.len()]);
+            }
         }
         let hidden = self.forward(batch);
         head.logits(&hidden, &self.lens(batch))

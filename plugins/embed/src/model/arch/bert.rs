@@ -416,6 +416,20 @@ impl Encoder for PostNormEncoder {
     }
 
     fn forward(&self, seqs: &[&[u32]], second: &[usize], pass: &Pass) -> Scratch {
+        self.run(seqs, second, pass, false)
+    }
+
+    fn forward_first(&self, seqs: &[&[u32]], second: &[usize], pass: &Pass) -> Option<Scratch> {
+        Some(self.run(seqs, second, pass, true))
+    }
+}
+
+impl PostNormEncoder {
+    /// The pass: every token's last hidden state, or with `first_only` the
+    /// first token's of each sequence, whose last layer then runs its
+    /// attention output and feed-forward on those rows alone (a sixth of
+    /// a 6-layer pass, less its keys and values).
+    fn run(&self, seqs: &[&[u32]], second: &[usize], pass: &Pass, first_only: bool) -> Scratch {
         let isa = self.isa;
         let h = self.hidden;
         let seqs: Vec<&[u32]> = seqs
@@ -434,20 +448,61 @@ impl Encoder for PostNormEncoder {
             relative: self.relative.as_ref(),
             ..Scores::default()
         };
-        for layer in &self.layers {
+        let last = self.layers.len().saturating_sub(1);
+        for (i, layer) in self.layers.iter().enumerate() {
             let threads = pass.threads();
             matmul(isa, &x, m, &layer.qkv, &mut qkv, threads);
             self.attention
                 .forward(&qkv, &lens, &mut ctx, threads, scores);
-            matmul(isa, &ctx, m, &layer.attn_out, &mut tmp, threads);
-            layer.attn_norm.residual(isa, &mut x, &tmp, threads);
-            matmul(isa, &x, m, &layer.ffn_in, &mut inter, threads);
-            self.activation
-                .apply(isa, &mut inter, self.intermediate, threads);
-            matmul(isa, &inter, m, &layer.ffn_out, &mut tmp, threads);
-            layer.ffn_norm.residual(isa, &mut x, &tmp, threads);
+            if first_only && i == last {
+                let b = lens.len();
+                let mut firsts = Scratch::zeroed(b * h);
+                let mut xs = Scratch::zeroed(b * h);
+                let mut start = 0;
+                for (j, &len) in lens.iter().enumerate() {
+                    firsts[j * h..(j + 1) * h].copy_from_slice(&ctx[start * h..(start + 1) * h]);
+                    xs[j * h..(j + 1) * h].copy_from_slice(&x[start * h..(start + 1) * h]);
+                    start += len;
+                }
+                self.rest_of_layer(layer, &firsts, &mut xs, b, &mut tmp, &mut inter, threads);
+                return xs;
+            }
+            self.rest_of_layer(layer, &ctx, &mut x, m, &mut tmp, &mut inter, threads);
+        }
+        if first_only {
+            // No layers: the embeddings' first rows.
+            let mut xs = Scratch::zeroed(lens.len() * h);
+            let mut start = 0;
+            for (j, &len) in lens.iter().enumerate() {
+                xs[j * h..(j + 1) * h].copy_from_slice(&x[start * h..(start + 1) * h]);
+                start += len;
+            }
+            return xs;
         }
         x
+    }
+
+    /// A layer after its attention: x (m rows) = norm(x + ctx's output
+    /// projection), then x = norm(x + the feed-forward of x).
+    #[allow(clippy::too_many_arguments)]
+    fn rest_of_layer(
+        &self,
+        layer: &Layer,
+        ctx: &[f32],
+        x: &mut [f32],
+        m: usize,
+        tmp: &mut [f32],
+        inter: &mut [f32],
+        threads: usize,
+    ) {
+        let (isa, h, i) = (self.isa, self.hidden, self.intermediate);
+        let (tmp, inter) = (&mut tmp[..m * h], &mut inter[..m * i]);
+        matmul(isa, ctx, m, &layer.attn_out, tmp, threads);
+        layer.attn_norm.residual(isa, x, tmp, threads);
+        matmul(isa, x, m, &layer.ffn_in, inter, threads);
+        self.activation.apply(isa, inter, i, threads);
+        matmul(isa, inter, m, &layer.ffn_out, tmp, threads);
+        layer.ffn_norm.residual(isa, x, tmp, threads);
     }
 }
 

@@ -80,6 +80,18 @@ pub(crate) trait Encoder: Send + Sync {
     /// ignore it.
     fn forward(&self, seqs: &[&[u32]], second: &[usize], pass: &Pass) -> Scratch;
 
+    /// The last hidden state of each sequence's first token only (all a
+    /// CLS pooler or a cross-encoder's head reads): `seqs.len() x hidden`
+    /// rows, as [`Encoder::forward`] computes them, within float rounding.
+    /// Every sequence has a token. An encoder that can skip the last
+    /// layer's work on the other tokens (their keys and values are still
+    /// needed: the first token attends to them) does; `None` when it
+    /// cannot, and the caller picks the rows of the whole pass.
+    fn forward_first(&self, seqs: &[&[u32]], second: &[usize], pass: &Pass) -> Option<Scratch> {
+        let _ = (seqs, second, pass);
+        None
+    }
+
     /// Multiply-adds x2 of the dense layers for `tokens` tokens (for
     /// GFLOP/s in benchmarks: attention, norms and activations not
     /// counted).

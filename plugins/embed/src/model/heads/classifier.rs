@@ -247,6 +247,12 @@ pub(crate) struct Classifier {
 }
 
 impl Classifier {
+    /// Pools the first token alone: [`Classifier::logits`] of one row a
+    /// sequence (each sequence's first) is the same as of all its rows.
+    pub(crate) fn reads_first_token_only(&self) -> bool {
+        self.pool == Pooling::Cls
+    }
+
     /// The logits of each sequence (`lens[i]` rows of `states` each, one
     /// after another): `lens.len() * labels` floats. A sequence of no
     /// tokens pools to zeros.

@@ -38,6 +38,11 @@ pub(crate) const SMALL_M: usize = 64;
 /// 115 ms instead of 105) on an AMD EPYC without AVX-512, 2026-12-05.
 pub(crate) const SMALL_M_AVX2: usize = 24;
 
+/// Rows past which a product's split cuts each thread's share of the
+/// panels into [`PIECES_A_THREAD`] pieces.
+const PIECES_PAST_ROWS: usize = 64;
+const PIECES_A_THREAD: usize = 3;
+
 /// How a model's dense layers compute.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Precision {
@@ -156,7 +161,15 @@ pub(crate) fn matmul(isa: Isa, a: &[f32], m: usize, lin: &Linear, out: &mut [f32
         return;
     }
     let panels = lin.panels();
-    let chunks = threads.clamp(1, panels);
+    let threads = threads.clamp(1, panels);
+    // Past a few rows, pieces smaller than a thread's share: a thread that
+    // the box slows down (another process, an interrupt) takes fewer, and
+    // the split ends about together.
+    let chunks = if m <= PIECES_PAST_ROWS {
+        threads
+    } else {
+        (threads * PIECES_A_THREAD).min(panels)
+    };
     let dst = SendPtr(out.as_mut_ptr());
     let run = move |lo: usize, hi: usize| {
         let dst = dst;
@@ -165,12 +178,12 @@ pub(crate) fn matmul(isa: Isa, a: &[f32], m: usize, lin: &Linear, out: &mut [f32
         // of panels lo..hi, which no other task of this call touches.
         unsafe { panels_product(isa, a, m, lin, lo, hi, dst.0) }
     };
-    if chunks == 1 {
+    if threads == 1 || chunks == 1 {
         run(0, panels);
         return;
     }
     let per = panels.div_ceil(chunks);
-    team::each(chunks, chunks, |c| {
+    team::each(threads, chunks, |c| {
         let (lo, hi) = (c * per, ((c + 1) * per).min(panels));
         if lo < hi {
             run(lo, hi);
