@@ -517,14 +517,14 @@ impl Model {
         if batch.is_empty() {
             return out;
         }
-        if self.info.pooling == Pooling::Cls {
-            if let Some(firsts) = self.first_states(batch) {
-                out.copy_from_slice(&firsts);
-                if normalize {
-                    normalize_rows(dim, &mut out);
-                }
-                return out;
+        if self.info.pooling == Pooling::Cls
+            && let Some(firsts) = self.first_states(batch)
+        {
+            out.copy_from_slice(&firsts);
+            if normalize {
+                normalize_rows(dim, &mut out);
             }
+            return out;
         }
         let seqs: Vec<&[u32]> = batch.iter().map(|e| e.ids()).collect();
         let hidden = self.forward(batch);
@@ -620,10 +620,10 @@ impl Model {
         if batch.is_empty() {
             return Vec::new();
         }
-        if head.reads_first_token_only() {
-            if let Some(firsts) = self.first_states(batch) {
-                return head.logits(&firsts, &vec![1; batch.len()]);
-            }
+        if head.reads_first_token_only()
+            && let Some(firsts) = self.first_states(batch)
+        {
+            return head.logits(&firsts, &vec![1; batch.len()]);
         }
         let hidden = self.forward(batch);
         head.logits(&hidden, &self.lens(batch))
