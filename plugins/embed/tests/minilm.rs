@@ -163,6 +163,33 @@ fn minilm_matches_sentence_transformers_as_one_batch() {
 }
 
 #[test]
+fn minilm_a_batch_over_one_pass_runs_as_several_and_matches_the_reference() {
+    let r = reference();
+    let m = model(2);
+    // Every sentence six times: ~2,400 tokens, over a pass's 1,024.
+    let texts: Vec<&str> = (0..6)
+        .flat_map(|_| r.sentences.iter().map(String::as_str))
+        .collect();
+    let enc = m.tokenize(&texts, true).unwrap();
+    let passes = m.passes(&enc);
+    assert!(passes >= 2, "{} inputs in {passes} pass(es)", enc.len());
+    let batch = m.embed(&enc, true);
+    let n = r.sentences.len();
+    for (i, row) in batch.chunks_exact(384).enumerate() {
+        assert_close(
+            row,
+            &r.embeddings[i % n],
+            &format!("input {i} of {} in {passes} passes", enc.len()),
+        );
+    }
+    let states = m.token_states(&enc);
+    let tokens: usize = enc.iter().map(|e| e.tokens()).sum();
+    assert_eq!(states.len(), tokens * 384);
+    let one = m.token_states(&enc[..n]);
+    assert_eq!(&states[..one.len()], &one[..], "the first group's states");
+}
+
+#[test]
 fn minilm_concurrent_calls_agree() {
     let r = reference();
     let m = model(2);

@@ -509,28 +509,33 @@ impl Model {
     /// (pass `info().normalize` for the model's own pipeline). An empty
     /// input (no tokens) embeds as zeros.
     ///
-    /// The batch runs as one packed forward pass on
-    /// [`LoadOptions::threads`] threads.
+    /// The batch runs as packed forward passes on [`LoadOptions::threads`]
+    /// threads, one for every [`Model::groups`] of its inputs.
     pub fn embed(&self, batch: &[Encoded], normalize: bool) -> Vec<f32> {
         let dim = self.info.dim;
         let mut out = vec![0f32; batch.len() * dim];
-        if batch.is_empty() {
-            return out;
+        for g in self.groups(batch) {
+            self.embed_group(&batch[g.clone()], &mut out[g.start * dim..g.end * dim]);
         }
+        if normalize {
+            normalize_rows(dim, &mut out);
+        }
+        out
+    }
+
+    /// `out` (`batch.len() * dim`) = the pooled rows of one pass.
+    fn embed_group(&self, batch: &[Encoded], out: &mut [f32]) {
+        let dim = self.info.dim;
         if self.info.pooling == Pooling::Cls
             && let Some(firsts) = self.first_states(batch)
         {
             out.copy_from_slice(&firsts);
-            if normalize {
-                normalize_rows(dim, &mut out);
-            }
-            return out;
+            return;
         }
-        let seqs: Vec<&[u32]> = batch.iter().map(|e| e.ids()).collect();
         let hidden = self.forward(batch);
         let mut row = 0;
-        for (s, o) in seqs.iter().zip(out.chunks_exact_mut(dim)) {
-            let len = s.len().min(self.info.max_len);
+        for (e, o) in batch.iter().zip(out.chunks_exact_mut(dim)) {
+            let len = e.ids().len().min(self.info.max_len);
             pooling::pool(
                 self.isa,
                 self.info.pooling,
@@ -540,22 +545,48 @@ impl Model {
             );
             row += len;
         }
-        if normalize {
-            normalize_rows(dim, &mut out);
+    }
+
+    /// How many forward passes `batch` runs as ([`Model::groups`]).
+    pub fn passes(&self, batch: &[Encoded]) -> usize {
+        self.groups(batch).len()
+    }
+
+    /// The batch's inputs cut into consecutive groups, one forward pass
+    /// each, of at most [`PASS_BYTES`] in a pass's widest buffer (tokens x
+    /// the feed-forward's width, in f32); an input over it alone is a
+    /// group. A pass's activations then stay in the CPU's caches and in
+    /// the kept scratch (`mmap.rs`) however many requests a batch holds,
+    /// and the sequences being independent, the result is the same.
+    fn groups(&self, batch: &[Encoded]) -> Vec<std::ops::Range<usize>> {
+        let width = self.info.intermediate.max(self.info.hidden).max(1);
+        let most = (PASS_BYTES / (4 * width)).max(1);
+        let mut groups = Vec::new();
+        let (mut start, mut tokens) = (0, 0);
+        for (i, e) in batch.iter().enumerate() {
+            let t = e.tokens().min(self.info.max_len);
+            if i > start && tokens + t > most {
+                groups.push(start..i);
+                (start, tokens) = (i, 0);
+            }
+            tokens += t;
         }
-        out
+        if start < batch.len() {
+            groups.push(start..batch.len());
+        }
+        groups
     }
 
     /// The encoder's last hidden state of every token of `batch`, before
     /// pooling: `sum(tokens) * info().dim` floats, the inputs' tokens one
     /// after another in order (what `/embed_all` answers).
     pub fn token_states(&self, batch: &[Encoded]) -> Vec<f32> {
-        if batch.is_empty() {
-            return Vec::new();
+        let mut out = Vec::new();
+        for g in self.groups(batch) {
+            // Copied out: the pass's scratch goes back when it is dropped.
+            out.extend_from_slice(&self.forward(&batch[g]));
         }
-        let hidden = self.forward(batch);
-        // Copied out: the pass's scratch goes back when it is dropped.
-        hidden.to_vec()
+        out
     }
 
     /// The embeddings of `batch` in one forward pass, cut into consecutive
@@ -620,13 +651,19 @@ impl Model {
         if batch.is_empty() {
             return Vec::new();
         }
-        if head.reads_first_token_only()
-            && let Some(firsts) = self.first_states(batch)
-        {
-            return head.logits(&firsts, &vec![1; batch.len()]);
+        let mut logits = Vec::new();
+        for g in self.groups(batch) {
+            let batch = &batch[g];
+            if head.reads_first_token_only()
+                && let Some(firsts) = self.first_states(batch)
+            {
+                logits.extend(head.logits(&firsts, &vec![1; batch.len()]));
+                continue;
+            }
+            let hidden = self.forward(batch);
+            logits.extend(head.logits(&hidden, &self.lens(batch)));
         }
-        let hidden = self.forward(batch);
-        head.logits(&hidden, &self.lens(batch))
+        logits
     }
 
     /// The sparse vectors of a batch of a SPLADE model ([`Task::Sparse`]):
@@ -643,13 +680,15 @@ impl Model {
                 self.info.task.kind()
             );
         };
-        if batch.is_empty() {
-            return Vec::new();
+        let mut vectors = Vec::with_capacity(batch.len());
+        for g in self.groups(batch) {
+            let batch = &batch[g];
+            let hidden = self.forward(batch);
+            let lens = self.lens(batch);
+            let pass = team::Pass::begin(self.info.threads);
+            vectors.extend(head.vectors(&hidden, &lens, pass.threads()));
         }
-        let hidden = self.forward(batch);
-        let lens = self.lens(batch);
-        let pass = team::Pass::begin(self.info.threads);
-        head.vectors(&hidden, &lens, pass.threads())
+        vectors
     }
 
     /// FLOPs of the dense layers for a batch of `tokens` tokens in all (for
@@ -658,6 +697,13 @@ impl Model {
         self.encoder.dense_flops(tokens)
     }
 }
+
+/// The most bytes of a forward pass's widest buffer (tokens x the
+/// feed-forward's width, f32) before a batch is cut into several passes
+/// ([`Model::groups`]): 1,024 tokens of MiniLM, 512 of a 768-wide base
+/// model. Past that the activations outgrow the CPU's caches, with no more
+/// rows to win for the products.
+const PASS_BYTES: usize = 6 << 20;
 
 /// L2-normalises each `dim`-float row of `rows` in place, as
 /// torch.nn.functional.normalize does (a zero row stays zero), with the
