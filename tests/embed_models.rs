@@ -347,13 +347,13 @@ fn the_doctor_lists_every_model_with_its_facts() {
 /// waited and the server's log, which names a worker's death.
 fn post_or_log(s: &Server, c: &mut Client, path: &str, body: &Value) -> (u16, Value) {
     let started = std::time::Instant::now();
-    let bytes = body.to_string();
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        bytes.len()
+    let reply = c.try_request(
+        "POST",
+        path,
+        &[("Content-Type", "application/json")],
+        body.to_string().as_bytes(),
     );
-    c.send(&[head.as_bytes(), bytes.as_bytes()].concat());
-    let Some(r) = c.read_response(false) else {
+    let Some(r) = reply else {
         panic!(
             "no answer to POST {path} after {:?}; the server's log:\n{}",
             started.elapsed(),

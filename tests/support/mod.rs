@@ -584,6 +584,19 @@ impl Client {
         headers: &[(&str, &str)],
         body: &[u8],
     ) -> Response {
+        self.try_request(method, path, headers, body)
+            .expect("a response")
+    }
+
+    /// `request`, or `None` when no reply came (the connection closed, or
+    /// the read timed out).
+    pub fn try_request(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Option<Response> {
         let mut req = format!(
             "{method} {path} HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n",
             body.len()
@@ -595,7 +608,7 @@ impl Client {
         let mut bytes = req.into_bytes();
         bytes.extend_from_slice(body);
         self.send(&bytes);
-        self.read_response(method == "HEAD").expect("a response")
+        self.read_response(method == "HEAD")
     }
 
     fn fill(&mut self) -> bool {

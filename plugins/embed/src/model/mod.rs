@@ -603,8 +603,7 @@ impl Model {
 
     /// The encoder's packed pass over `batch` on the model's threads.
     fn forward(&self, batch: &[Encoded]) -> mmap::Scratch {
-        let seqs: Vec<&[u32]> = batch.iter().map(|e| e.ids()).collect();
-        let second: Vec<usize> = batch.iter().map(Encoded::second).collect();
+        let (seqs, second) = encoder_inputs(batch);
         let pass = team::Pass::begin(self.info.threads);
         self.encoder.forward(&seqs, &second, &pass)
     }
@@ -617,8 +616,7 @@ impl Model {
         if batch.iter().any(|e| e.ids().is_empty()) {
             return None;
         }
-        let seqs: Vec<&[u32]> = batch.iter().map(|e| e.ids()).collect();
-        let second: Vec<usize> = batch.iter().map(Encoded::second).collect();
+        let (seqs, second) = encoder_inputs(batch);
         let pass = team::Pass::begin(self.info.threads);
         self.encoder.forward_first(&seqs, &second, &pass)
     }
@@ -696,6 +694,14 @@ impl Model {
     pub fn dense_flops(&self, tokens: usize) -> f64 {
         self.encoder.dense_flops(tokens)
     }
+}
+
+/// What an [`arch::Encoder`] pass takes of a batch: each input's token ids, and
+/// where its second text starts.
+fn encoder_inputs(batch: &[Encoded]) -> (Vec<&[u32]>, Vec<usize>) {
+    let seqs = batch.iter().map(|e| e.ids()).collect();
+    let second = batch.iter().map(Encoded::second).collect();
+    (seqs, second)
 }
 
 /// The most bytes of a forward pass's widest buffer (tokens x the

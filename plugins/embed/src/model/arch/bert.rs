@@ -455,15 +455,9 @@ impl PostNormEncoder {
             self.attention
                 .forward(&qkv, &lens, &mut ctx, threads, scores);
             if first_only && i == last {
+                let firsts = first_rows(&ctx, &lens, h);
+                let mut xs = first_rows(&x, &lens, h);
                 let b = lens.len();
-                let mut firsts = Scratch::zeroed(b * h);
-                let mut xs = Scratch::zeroed(b * h);
-                let mut start = 0;
-                for (j, &len) in lens.iter().enumerate() {
-                    firsts[j * h..(j + 1) * h].copy_from_slice(&ctx[start * h..(start + 1) * h]);
-                    xs[j * h..(j + 1) * h].copy_from_slice(&x[start * h..(start + 1) * h]);
-                    start += len;
-                }
                 self.rest_of_layer(layer, &firsts, &mut xs, b, &mut tmp, &mut inter, threads);
                 return xs;
             }
@@ -471,13 +465,7 @@ impl PostNormEncoder {
         }
         if first_only {
             // No layers: the embeddings' first rows.
-            let mut xs = Scratch::zeroed(lens.len() * h);
-            let mut start = 0;
-            for (j, &len) in lens.iter().enumerate() {
-                xs[j * h..(j + 1) * h].copy_from_slice(&x[start * h..(start + 1) * h]);
-                start += len;
-            }
-            return xs;
+            return first_rows(&x, &lens, h);
         }
         x
     }
@@ -504,6 +492,18 @@ impl PostNormEncoder {
         matmul(isa, inter, m, &layer.ffn_out, tmp, threads);
         layer.ffn_norm.residual(isa, x, tmp, threads);
     }
+}
+
+/// Each sequence's first row of `rows` (`h` floats a row, the sequences
+/// of `lens` rows one after another, none empty).
+fn first_rows(rows: &[f32], lens: &[usize], h: usize) -> Scratch {
+    let mut firsts = Scratch::zeroed(lens.len() * h);
+    let mut start = 0;
+    for (out, &len) in firsts.chunks_exact_mut(h).zip(lens) {
+        out.copy_from_slice(&rows[start * h..(start + 1) * h]);
+        start += len;
+    }
+    firsts
 }
 
 /// BERT: positions from 0, token type 0's row, names with an optional

@@ -178,7 +178,7 @@ pub(crate) fn matmul(isa: Isa, a: &[f32], m: usize, lin: &Linear, out: &mut [f32
         // of panels lo..hi, which no other task of this call touches.
         unsafe { panels_product(isa, a, m, lin, lo, hi, dst.0) }
     };
-    if threads == 1 || chunks == 1 {
+    if threads == 1 {
         run(0, panels);
         return;
     }
