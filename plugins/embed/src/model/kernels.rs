@@ -53,20 +53,23 @@ macro_rules! kernel {
         $(#[$meta])*
         #[allow(clippy::too_many_arguments)]
         pub(crate) fn $name(isa: Isa, $($arg: $ty),*) $(-> $ret)? {
+            // FMA: compiled where fused multiply-adds are native (the body's
+            // `madd::<FMA>` is then one instruction, else a multiply and an
+            // add: a fused one without the instruction is a libm call).
             #[inline(always)]
             #[allow(clippy::too_many_arguments)]
-            fn imp($($arg: $ty),*) $(-> $ret)? $body
+            fn imp<const FMA: bool>($($arg: $ty),*) $(-> $ret)? $body
             #[cfg(target_arch = "x86_64")]
             #[target_feature(enable = "avx512f,avx2,fma")]
             #[allow(clippy::too_many_arguments)]
             fn avx512($($arg: $ty),*) $(-> $ret)? {
-                imp($($arg),*)
+                imp::<true>($($arg),*)
             }
             #[cfg(target_arch = "x86_64")]
             #[target_feature(enable = "avx2,fma")]
             #[allow(clippy::too_many_arguments)]
             fn avx2($($arg: $ty),*) $(-> $ret)? {
-                imp($($arg),*)
+                imp::<true>($($arg),*)
             }
             match isa {
                 #[cfg(target_arch = "x86_64")]
@@ -77,13 +80,21 @@ macro_rules! kernel {
                 // SAFETY: Isa::Avx2 is only made by Isa::detect, after
                 // is_x86_feature_detected! found avx2 and fma.
                 Isa::Avx2 => unsafe { avx2($($arg),*) },
-                _ => imp($($arg),*),
+                _ => imp::<false>($($arg),*),
             }
         }
     };
 }
 
 pub(crate) const LANES: usize = 16;
+
+/// a * b + c: fused (one rounding, one instruction) in a kernel compiled
+/// with FMA, a multiply and an add otherwise. Rust never fuses `a * b + c`
+/// by itself, so a loop of them runs twice the instructions it needs.
+#[inline(always)]
+pub(crate) fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
+    if FMA { a.mul_add(b, c) } else { a * b + c }
+}
 
 /// Sum of a slice, 16 lanes at a time.
 #[inline(always)]
@@ -138,7 +149,7 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 /// e^x to ~2 ulp over the range that matters (clamped to about ±87, where
 /// f32 under- or overflows). Branch-free, so loops over it vectorise.
 #[inline(always)]
-pub(crate) fn exp(x: f32) -> f32 {
+pub(crate) fn exp<const FMA: bool>(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     // ln 2 split in two so n * LN2_HI is exact for |n| < 2^9.
     const LN2_HI: f32 = 0.693_145_75;
@@ -146,17 +157,17 @@ pub(crate) fn exp(x: f32) -> f32 {
     // 1.5 * 2^23: adding it rounds to an integer held in the low mantissa.
     const MAGIC: f32 = 12_582_912.0;
     let x = x.clamp(-87.0, 88.0);
-    let t = x * LOG2E + MAGIC;
+    let t = madd::<FMA>(x, LOG2E, MAGIC);
     let n = t - MAGIC;
-    let r = x - n * LN2_HI - n * LN2_LO;
+    let r = madd::<FMA>(-n, LN2_LO, madd::<FMA>(-n, LN2_HI, x));
     // e^r on |r| <= ln2/2: Taylor to r^6 (error < 2e-7 relative).
     let p = 1.0 / 720.0;
-    let p = p * r + 1.0 / 120.0;
-    let p = p * r + 1.0 / 24.0;
-    let p = p * r + 1.0 / 6.0;
-    let p = p * r + 0.5;
-    let p = p * r + 1.0;
-    let p = p * r + 1.0;
+    let p = madd::<FMA>(p, r, 1.0 / 120.0);
+    let p = madd::<FMA>(p, r, 1.0 / 24.0);
+    let p = madd::<FMA>(p, r, 1.0 / 6.0);
+    let p = madd::<FMA>(p, r, 0.5);
+    let p = madd::<FMA>(p, r, 1.0);
+    let p = madd::<FMA>(p, r, 1.0);
     let ni = t.to_bits().wrapping_sub(MAGIC.to_bits());
     let scale = f32::from_bits(ni.wrapping_add(127) << 23);
     p * scale
@@ -169,34 +180,34 @@ pub(crate) fn exp(x: f32) -> f32 {
 /// Taylor series and Abramowitz & Stegun 7.1.26 (with an exp) it replaces,
 /// which GELU over a pass's intermediate rows spent 5% of a pass on.
 #[inline(always)]
-pub(crate) fn erf(x: f32) -> f32 {
+pub(crate) fn erf<const FMA: bool>(x: f32) -> f32 {
     let x = x.clamp(-4.0, 4.0);
     let z = x * x;
     let p = -2.726_142_3e-10;
-    let p = p * z + 2.770_681_4e-8;
-    let p = p * z - 2.101_024e-6;
-    let p = p * z - 5.692_506_4e-5;
-    let p = p * z - 7.349_906_3e-4;
-    let p = p * z - 2.954_6e-3;
-    let p = p * z - 1.609_603_3e-2;
+    let p = madd::<FMA>(p, z, 2.770_681_4e-8);
+    let p = madd::<FMA>(p, z, -2.101_024e-6);
+    let p = madd::<FMA>(p, z, -5.692_506_4e-5);
+    let p = madd::<FMA>(p, z, -7.349_906_3e-4);
+    let p = madd::<FMA>(p, z, -2.954_6e-3);
+    let p = madd::<FMA>(p, z, -1.609_603_3e-2);
     let q = -1.456_607_2e-5;
-    let q = q * z - 2.133_740_6e-4;
-    let q = q * z - 1.682_827e-3;
-    let q = q * z - 7.373_329e-3;
-    let q = q * z - 1.426_474e-2;
+    let q = madd::<FMA>(q, z, -2.133_740_6e-4);
+    let q = madd::<FMA>(q, z, -1.682_827e-3);
+    let q = madd::<FMA>(q, z, -7.373_329e-3);
+    let q = madd::<FMA>(q, z, -1.426_474e-2);
     x * p / q
 }
 
 #[inline(always)]
-fn gelu_erf1(x: f32) -> f32 {
-    0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
+fn gelu_erf1<const FMA: bool>(x: f32) -> f32 {
+    0.5 * x * (1.0 + erf::<FMA>(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
 #[inline(always)]
-fn gelu_tanh1(x: f32) -> f32 {
+fn gelu_tanh1<const FMA: bool>(x: f32) -> f32 {
     // tanh(u) = 1 - 2 / (e^(2u) + 1)
     let u = 0.797_884_6 * (x + 0.044_715 * x * x * x);
-    let th = 1.0 - 2.0 / (exp(2.0 * u) + 1.0);
+    let th = 1.0 - 2.0 / (exp::<FMA>(2.0 * u) + 1.0);
     0.5 * x * (1.0 + th)
 }
 
@@ -204,7 +215,7 @@ kernel! {
     /// y = gelu(y), GELU in its exact erf form (as BERT's "gelu").
     fn gelu_erf(y: &mut [f32]) {
         for v in y.iter_mut() {
-            *v = gelu_erf1(*v);
+            *v = gelu_erf1::<FMA>(*v);
         }
     }
 }
@@ -213,7 +224,7 @@ kernel! {
     /// y = gelu(y), GELU in its tanh form ("gelu_new").
     fn gelu_tanh(y: &mut [f32]) {
         for v in y.iter_mut() {
-            *v = gelu_tanh1(*v);
+            *v = gelu_tanh1::<FMA>(*v);
         }
     }
 }
@@ -298,14 +309,14 @@ kernel! {
 
 /// In place: s = softmax(s).
 #[inline(always)]
-fn softmax_row(s: &mut [f32]) {
+fn softmax_row<const FMA: bool>(s: &mut [f32]) {
     let mut m = f32::NEG_INFINITY;
     for v in s.iter() {
         m = m.max(*v);
     }
     let mut acc = 0.0;
     for v in s.iter_mut() {
-        *v = exp(*v - m);
+        *v = exp::<FMA>(*v - m);
         acc += *v;
     }
     let inv = 1.0 / acc;
@@ -321,7 +332,7 @@ kernel! {
             for v in row.iter_mut() {
                 *v *= scale;
             }
-            softmax_row(row);
+            softmax_row::<FMA>(row);
         }
     }
 }
@@ -336,7 +347,9 @@ kernel! {
     ///
     /// `qkv` holds the sequence's rows (`len` of them, `stride` apart) with
     /// this head's query, key and value at columns `q`, `k` and `v`, each
-    /// `dh` wide. `out` gets the context, `len` rows of `dh`. `kt` (at least
+    /// `dh` wide. `out` gets the context of the first `queries` queries
+    /// (all `len`, or the first alone where only the first token's state
+    /// is read), `queries` rows of `dh`. `kt` (at least
     /// `dh * padded(len)`) and `scores` (at least `padded(len)`) are
     /// scratch.
     ///
@@ -344,7 +357,7 @@ kernel! {
     /// `dh` broadcast multiply-adds over whole 16-lane chunks rather than
     /// `len` dot products; lanes past `len` are excluded from the softmax by
     /// selection.
-    fn attention_head(qkv: &[f32], stride: usize, len: usize, q: usize, k: usize, v: usize, dh: usize, scale: f32, kt: &mut [f32], scores: &mut [f32], out: &mut [f32]) {
+    fn attention_head(qkv: &[f32], stride: usize, len: usize, queries: usize, q: usize, k: usize, v: usize, dh: usize, scale: f32, kt: &mut [f32], scores: &mut [f32], out: &mut [f32]) {
         let lp = padded(len);
         let kt = &mut kt[..dh * lp];
         for j in 0..lp {
@@ -353,7 +366,7 @@ kernel! {
             }
         }
         let s = &mut scores[..lp];
-        for (i, o) in out.chunks_exact_mut(dh).take(len).enumerate() {
+        for (i, o) in out.chunks_exact_mut(dh).take(queries.min(len)).enumerate() {
             let qi = &qkv[i * stride + q..i * stride + q + dh];
             // Two accumulators per chunk: two chains of multiply-adds in
             // flight, both in registers.
@@ -392,7 +405,7 @@ kernel! {
             let mut acc = [0f32; LANES];
             for (c, sc) in s.chunks_exact_mut(LANES).enumerate() {
                 for l in 0..LANES {
-                    let e = exp(sc[l] - m);
+                    let e = exp::<FMA>(sc[l] - m);
                     let e = if c * LANES + l < len { e } else { 0.0 };
                     sc[l] = e;
                     acc[l] += e;
@@ -495,10 +508,15 @@ mod tests {
 
     #[test]
     fn exp_and_erf_are_accurate() {
+        exp_and_erf_are_accurate_as::<false>();
+        exp_and_erf_are_accurate_as::<true>();
+    }
+
+    fn exp_and_erf_are_accurate_as<const FMA: bool>() {
         let mut x = -80.0f32;
         while x < 80.0 {
             let want = (x as f64).exp();
-            let got = exp(x) as f64;
+            let got = exp::<FMA>(x) as f64;
             assert!(
                 ((got - want) / want).abs() < 4e-7,
                 "exp({x}) = {got}, want {want}"
@@ -509,7 +527,7 @@ mod tests {
         let mut x = -6.0f32;
         while x < 6.0 {
             let want = erf64(x as f64);
-            let got = erf(x) as f64;
+            let got = erf::<FMA>(x) as f64;
             worst = worst.max((got - want).abs());
             assert!(
                 (got - want).abs() < 5e-7 && (got - want).abs() < 1e-6 * want.abs().max(0.5),
@@ -517,9 +535,9 @@ mod tests {
             );
             x += 0.001;
         }
-        eprintln!("erf: worst absolute error {worst:e}");
-        assert!(exp(-1000.0) < 1e-37);
-        assert!(exp(1000.0).is_finite());
+        eprintln!("erf (fused: {FMA}): worst absolute error {worst:e}");
+        assert!(exp::<FMA>(-1000.0) < 1e-37);
+        assert!(exp::<FMA>(1000.0).is_finite());
     }
 
     fn ref_ln(x: &[f32], g: &[f32], b: &[f32], eps: f32) -> Vec<f32> {
@@ -603,6 +621,7 @@ mod tests {
                         isa,
                         &qkv,
                         stride,
+                        len,
                         len,
                         q,
                         k,

@@ -21,7 +21,7 @@ use crate::model::error::{FIX_REEXPORT, ModelError};
 use crate::model::kernels::Isa;
 use crate::model::layers::activation::{ACTIVATIONS, Activation};
 use crate::model::layers::attention::{Attention, Scores};
-use crate::model::layers::linear::{Linear, matmul};
+use crate::model::layers::linear::{Linear, matmul, matmul_columns, whole_panels};
 use crate::model::layers::norm::LayerNorm;
 use crate::model::layers::relative_bias::{NUM_BUCKETS, RelativeBias};
 use crate::model::mmap::{Scratch, Tensor};
@@ -451,16 +451,19 @@ impl PostNormEncoder {
         let last = self.layers.len().saturating_sub(1);
         for (i, layer) in self.layers.iter().enumerate() {
             let threads = pass.threads();
-            matmul(isa, &x, m, &layer.qkv, &mut qkv, threads);
-            self.attention
-                .forward(&qkv, &lens, &mut ctx, threads, scores);
             if first_only && i == last {
-                let firsts = first_rows(&ctx, &lens, h);
                 let mut xs = first_rows(&x, &lens, h);
+                self.first_queries(layer, &x, &xs, &lens, &mut qkv, threads);
                 let b = lens.len();
+                let mut firsts = Scratch::zeroed(b * h);
+                self.attention
+                    .forward_first(&qkv, &lens, &mut firsts, threads, scores);
                 self.rest_of_layer(layer, &firsts, &mut xs, b, &mut tmp, &mut inter, threads);
                 return xs;
             }
+            matmul(isa, &x, m, &layer.qkv, &mut qkv, threads);
+            self.attention
+                .forward(&qkv, &lens, &mut ctx, threads, scores);
             self.rest_of_layer(layer, &ctx, &mut x, m, &mut tmp, &mut inter, threads);
         }
         if first_only {
@@ -468,6 +471,38 @@ impl PostNormEncoder {
             return first_rows(&x, &lens, h);
         }
         x
+    }
+
+    /// qkv (`m x 3 hidden`) for attention of the first queries alone: keys
+    /// and values of every row of x, queries of each sequence's first row
+    /// (`firsts`, those rows of x) alone. Other rows' queries are left
+    /// unset.
+    fn first_queries(
+        &self,
+        layer: &Layer,
+        x: &[f32],
+        firsts: &[f32],
+        lens: &[usize],
+        qkv: &mut [f32],
+        threads: usize,
+    ) {
+        let (isa, h) = (self.isa, self.hidden);
+        let (m, b) = (lens.iter().sum::<usize>(), lens.len());
+        if !whole_panels(&layer.qkv, 0, h) {
+            // Queries and keys share a panel: all of it.
+            matmul(isa, x, m, &layer.qkv, qkv, threads);
+            return;
+        }
+        matmul_columns(isa, x, m, &layer.qkv, h..3 * h, qkv, threads);
+        let mut q = Scratch::zeroed(b * 3 * h);
+        matmul_columns(isa, firsts, b, &layer.qkv, 0..h, &mut q, threads);
+        let mut start = 0;
+        for (row, &len) in q.chunks_exact(3 * h).zip(lens) {
+            if len > 0 {
+                qkv[start * 3 * h..][..h].copy_from_slice(&row[..h]);
+            }
+            start += len;
+        }
     }
 
     /// A layer after its attention: x (m rows) = norm(x + ctx's output

@@ -108,33 +108,104 @@ impl Attention {
         }
     }
 
-    /// One sequence (its qkv rows) and one head into out (len x dh).
-    fn one(&self, qkv: &[f32], len: usize, head: usize, out: &mut [f32], rule: &Scores<'_>) {
+    /// Each sequence's first token's context alone (`lens.len() x
+    /// hidden`, heads side by side) from qkv as [`Attention::forward`]
+    /// reads it, of which only the first row of each sequence needs its
+    /// queries: the last layer of a pass whose head reads the first token
+    /// (a cross-encoder, a [CLS]-pooled embedder) needs no other query.
+    pub(crate) fn forward_first(
+        &self,
+        qkv: &[f32],
+        lens: &[usize],
+        ctx: &mut [f32],
+        threads: usize,
+        scores: Scores<'_>,
+    ) {
+        let _span = profile::span(Part::Attention);
+        let (h, heads) = (self.hidden, self.heads);
+        let dh = h / heads;
+        let mut starts = Vec::with_capacity(lens.len());
+        let mut start = 0;
+        for &len in lens {
+            starts.push(start);
+            start += len;
+        }
+        // Sequence-major, then head: each task's dh floats are its head's
+        // columns of its sequence's row.
+        let tasks: Vec<(usize, &mut [f32])> = ctx[..lens.len() * h]
+            .chunks_exact_mut(dh)
+            .enumerate()
+            .collect();
+        let run = |(t, out): (usize, &mut [f32])| {
+            let (seq, head) = (t / heads, t % heads);
+            let (start, len) = (starts[seq], lens[seq]);
+            let rows = &qkv[start * 3 * h..(start + len) * 3 * h];
+            if len == 0 {
+                return;
+            }
+            match (scores.bias, scores.relative) {
+                // A bias given as a whole matrix: the whole head, then its
+                // first row.
+                (Some(_), _) => {
+                    let mut all = vec![0f32; len * dh];
+                    self.one(rows, len, head, &mut all, &scores);
+                    out.copy_from_slice(&all[..dh]);
+                }
+                (None, rb) => {
+                    let bias = rb.map_or(&[][..], |rb| rb.head(head, len));
+                    let half = scores.window.unwrap_or(usize::MAX);
+                    self.short(rows, len, 1, head, half, bias, out);
+                }
+            }
+        };
+        crate::model::team::each_item(threads, tasks, run);
+    }
+
+    /// The first `queries` queries of one sequence and one head into out
+    /// (`queries x dh`) on a short sequence's kernel: keys within `half`
+    /// (`window.rs`), `bias` (`2 len - 1` floats, or none) added to the
+    /// scores.
+    #[allow(clippy::too_many_arguments)]
+    fn short(
+        &self,
+        qkv: &[f32],
+        len: usize,
+        queries: usize,
+        head: usize,
+        half: usize,
+        bias: &[f32],
+        out: &mut [f32],
+    ) {
         let h = self.hidden;
         let dh = h / self.heads;
-        let stride = 3 * h;
-        let (q, k, v) = (head * dh, h + head * dh, 2 * h + head * dh);
         let scale = 1.0 / (dh as f32).sqrt();
-        if len == 0 {
-            return;
-        }
-        // A window (ModernBERT's local layers) costs len * band on the
-        // banded kernel at any length; MPNet's bias rides it while short.
-        let banded = match (rule.window, rule.relative) {
-            (Some(w), None) if rule.bias.is_none() => Some((w, &[][..])),
-            (None, Some(rb)) if rule.bias.is_none() && len <= SMALL_ATTENTION => {
-                Some((usize::MAX, rb.head(head, len)))
-            }
-            _ => None,
-        };
-        if let Some((half, bias)) = banded {
-            let mut kt = vec![0f32; dh * kernels::padded(len)];
-            let mut scores = vec![0f32; kernels::padded(len)];
+        let (q, k, v) = (head * dh, h + head * dh, 2 * h + head * dh);
+        let mut kt = vec![0f32; dh * kernels::padded(len)];
+        let mut scores = vec![0f32; kernels::padded(len)];
+        // The plain kernel skips the band's bounds: ~15% less time a head.
+        if half >= len && bias.is_empty() {
+            kernels::attention_head(
+                self.isa,
+                qkv,
+                3 * h,
+                len,
+                queries,
+                q,
+                k,
+                v,
+                dh,
+                scale,
+                &mut kt,
+                &mut scores,
+                out,
+            );
+        } else {
             attention_head_banded(
                 self.isa,
                 qkv,
-                stride,
+                3 * h,
                 len,
+                queries,
                 q,
                 k,
                 v,
@@ -146,25 +217,31 @@ impl Attention {
                 &mut scores,
                 out,
             );
+        }
+    }
+
+    /// One sequence (its qkv rows) and one head into out (len x dh).
+    fn one(&self, qkv: &[f32], len: usize, head: usize, out: &mut [f32], rule: &Scores<'_>) {
+        let h = self.hidden;
+        let dh = h / self.heads;
+        let stride = 3 * h;
+        let (q, k, v) = (head * dh, h + head * dh, 2 * h + head * dh);
+        let scale = 1.0 / (dh as f32).sqrt();
+        if len == 0 {
             return;
         }
-        if len <= SMALL_ATTENTION && rule.plain() {
-            let mut kt = vec![0f32; dh * kernels::padded(len)];
-            let mut scores = [0f32; kernels::padded(SMALL_ATTENTION)];
-            kernels::attention_head(
-                self.isa,
-                qkv,
-                stride,
-                len,
-                q,
-                k,
-                v,
-                dh,
-                scale,
-                &mut kt,
-                &mut scores,
-                out,
-            );
+        // A window (ModernBERT's local layers) costs len * band on the
+        // banded kernel at any length; MPNet's bias rides it while short,
+        // and plain attention takes the plain kernel while short.
+        let short = match (rule.window, rule.relative) {
+            _ if rule.bias.is_some() => None,
+            (Some(w), None) => Some((w, &[][..])),
+            (None, Some(rb)) if len <= SMALL_ATTENTION => Some((usize::MAX, rb.head(head, len))),
+            (None, None) if len <= SMALL_ATTENTION => Some((usize::MAX, &[][..])),
+            _ => None,
+        };
+        if let Some((half, bias)) = short {
+            self.short(qkv, len, len, head, half, bias, out);
             return;
         }
         let mut scores = vec![0f32; len * len];

@@ -101,6 +101,7 @@ fn attention<'a>(
             qkv,
             3 * hidden,
             len,
+            len,
             h * dh,
             hidden + h * dh,
             2 * hidden + h * dh,

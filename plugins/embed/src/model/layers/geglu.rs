@@ -14,8 +14,8 @@ use crate::model::kernels::{self, Isa};
 
 /// gelu(a) * g, GELU in its exact erf form.
 #[inline(always)]
-fn gated(a: f32, g: f32) -> f32 {
-    0.5 * a * (1.0 + kernels::erf(a * std::f32::consts::FRAC_1_SQRT_2)) * g
+fn gated<const FMA: bool>(a: f32, g: f32) -> f32 {
+    0.5 * a * (1.0 + kernels::erf::<FMA>(a * std::f32::consts::FRAC_1_SQRT_2)) * g
 }
 
 kernel! {
@@ -26,7 +26,7 @@ kernel! {
         for (xr, or) in x.chunks_exact(2 * inter).zip(out.chunks_exact_mut(inter)) {
             let (a, g) = xr.split_at(inter);
             for ((o, a), g) in or.iter_mut().zip(a).zip(g) {
-                *o = gated(*a, *g);
+                *o = gated::<FMA>(*a, *g);
             }
         }
     }

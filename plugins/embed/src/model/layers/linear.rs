@@ -131,6 +131,7 @@ impl Linear {
         Linear::new(Weights::Bf16 { w, kernel }, Tensor::Heap(b), k, n)
     }
 
+    #[cfg(test)]
     fn panels(&self) -> usize {
         self.n.div_ceil(PANEL)
     }
@@ -149,6 +150,28 @@ unsafe impl Sync for SendPtr {}
 /// out[m, n] = a[m, k] x lin + lin.b, over `threads` threads (1: on this
 /// thread; more: this one and the process's helpers, `team.rs`).
 pub(crate) fn matmul(isa: Isa, a: &[f32], m: usize, lin: &Linear, out: &mut [f32], threads: usize) {
+    matmul_columns(isa, a, m, lin, 0..lin.n, out, threads);
+}
+
+/// Whether columns `c0..c1` of `lin` are whole panels, the columns
+/// [`matmul_columns`] computes alone.
+pub(crate) fn whole_panels(lin: &Linear, c0: usize, c1: usize) -> bool {
+    c0 <= c1 && c1 <= lin.n && c0.is_multiple_of(PANEL) && (c1.is_multiple_of(PANEL) || c1 == lin.n)
+}
+
+/// [`matmul`]'s columns `cols` alone (whole panels: [`whole_panels`]);
+/// out's other columns are left as they are. A stacked product of which
+/// some rows need only a part (the last layer's queries, read at the first
+/// token alone) computes that part apart.
+pub(crate) fn matmul_columns(
+    isa: Isa,
+    a: &[f32],
+    m: usize,
+    lin: &Linear,
+    cols: std::ops::Range<usize>,
+    out: &mut [f32],
+    threads: usize,
+) {
     let _span = crate::model::profile::span(crate::model::profile::Part::Products);
     let (k, n) = (lin.k, lin.n);
     assert!(
@@ -157,18 +180,22 @@ pub(crate) fn matmul(isa: Isa, a: &[f32], m: usize, lin: &Linear, out: &mut [f32
         a.len(),
         out.len()
     );
-    if m == 0 {
+    assert!(
+        whole_panels(lin, cols.start, cols.end),
+        "matmul: columns {cols:?} of {n} are not whole panels of {PANEL}"
+    );
+    let (first, panels) = (cols.start / PANEL, cols.end.div_ceil(PANEL));
+    if m == 0 || first == panels {
         return;
     }
-    let panels = lin.panels();
-    let threads = threads.clamp(1, panels);
+    let threads = threads.clamp(1, panels - first);
     // Past a few rows, pieces smaller than a thread's share: a thread that
     // the box slows down (another process, an interrupt) takes fewer, and
     // the split ends about together.
     let chunks = if m <= PIECES_PAST_ROWS {
         threads
     } else {
-        (threads * PIECES_A_THREAD).min(panels)
+        (threads * PIECES_A_THREAD).min(panels - first)
     };
     let dst = SendPtr(out.as_mut_ptr());
     let run = move |lo: usize, hi: usize| {
@@ -179,12 +206,12 @@ pub(crate) fn matmul(isa: Isa, a: &[f32], m: usize, lin: &Linear, out: &mut [f32
         unsafe { panels_product(isa, a, m, lin, lo, hi, dst.0) }
     };
     if threads == 1 {
-        run(0, panels);
+        run(first, panels);
         return;
     }
-    let per = panels.div_ceil(chunks);
+    let per = (panels - first).div_ceil(chunks);
     team::each(threads, chunks, |c| {
-        let (lo, hi) = (c * per, ((c + 1) * per).min(panels));
+        let (lo, hi) = (first + c * per, (first + (c + 1) * per).min(panels));
         if lo < hi {
             run(lo, hi);
         }
@@ -292,6 +319,48 @@ mod portable_bf16;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_of_panels_is_those_columns_of_the_whole_product_alone() {
+        let (k, n) = (21, 3 * PANEL + 9);
+        let w: Vec<f32> = (0..n * k)
+            .map(|i| ((i * 7 % 19) as f32 - 9.0) / 7.0)
+            .collect();
+        let b: Vec<f32> = (0..n).map(|i| i as f32 / 10.0).collect();
+        let lin = Linear::from_out_in(&[(&w, &b)], k);
+        assert!(!whole_panels(&lin, 1, PANEL) && !whole_panels(&lin, 0, PANEL + 1));
+        for m in [1, 7, SMALL_M + 5] {
+            let a: Vec<f32> = (0..m * k)
+                .map(|i| ((i * 5 % 13) as f32 - 6.0) / 3.0)
+                .collect();
+            for isa in Isa::all_supported() {
+                let mut whole = vec![0f32; m * n];
+                matmul(isa, &a, m, &lin, &mut whole, 1);
+                for (c0, c1) in [
+                    (0, PANEL),
+                    (PANEL, n),
+                    (2 * PANEL, 3 * PANEL),
+                    (PANEL, PANEL),
+                ] {
+                    for threads in [1, 2, 3] {
+                        let mut part = vec![f32::NAN; m * n];
+                        matmul_columns(isa, &a, m, &lin, c0..c1, &mut part, threads);
+                        for (i, (&g, &want)) in part.iter().zip(&whole).enumerate() {
+                            if (c0..c1).contains(&(i % n)) {
+                                assert_eq!(g, want, "m {m} {isa:?} columns {c0}..{c1} at {i}");
+                            } else {
+                                assert!(
+                                    g.is_nan(),
+                                    "m {m} {isa:?} wrote column {} of {c0}..{c1}",
+                                    i % n
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn matmul_matches_naive_on_every_path_and_split() {

@@ -27,7 +27,8 @@ pub(crate) fn band(i: usize, len: usize, half: usize) -> std::ops::Range<usize> 
 }
 
 kernel! {
-    /// Self-attention of one sequence and one head, query `i` over the keys
+    /// Self-attention of one sequence and one head, each of the first
+    /// `queries` queries `i` over the keys
     /// of [`band`]`(i, len, half)` (`half >= len`: all of them), with
     /// `bias[len - 1 + j - i]` added to the scaled score of query `i` and
     /// key `j` when `bias` is not empty (`2 * len - 1` floats, as
@@ -36,9 +37,9 @@ kernel! {
     /// As `kernels::attention_head`: `qkv` holds the sequence's rows (`len`
     /// of them, `stride` apart) with this head's query, key and value at
     /// columns `q`, `k` and `v`, each `dh` wide; `out` gets the context,
-    /// `len` rows of `dh`; `kt` (at least `dh * padded(len)`) and `scores`
+    /// `queries` rows of `dh`; `kt` (at least `dh * padded(len)`) and `scores`
     /// (at least `padded(len)`) are scratch.
-    fn attention_head_banded(qkv: &[f32], stride: usize, len: usize, q: usize, k: usize, v: usize, dh: usize, scale: f32, half: usize, bias: &[f32], kt: &mut [f32], scores: &mut [f32], out: &mut [f32]) {
+    fn attention_head_banded(qkv: &[f32], stride: usize, len: usize, queries: usize, q: usize, k: usize, v: usize, dh: usize, scale: f32, half: usize, bias: &[f32], kt: &mut [f32], scores: &mut [f32], out: &mut [f32]) {
         let lp = padded(len);
         let kt = &mut kt[..dh * lp];
         for j in 0..lp {
@@ -47,7 +48,7 @@ kernel! {
             }
         }
         let biased = !bias.is_empty();
-        for (i, o) in out.chunks_exact_mut(dh).take(len).enumerate() {
+        for (i, o) in out.chunks_exact_mut(dh).take(queries.min(len)).enumerate() {
             let keys = band(i, len, half);
             let (lo, hi) = (keys.start, keys.end);
             // The chunks that hold lo..hi; s[x] is key base + x.
@@ -100,7 +101,7 @@ kernel! {
             for (c, sc) in s.chunks_exact_mut(LANES).enumerate() {
                 for l in 0..LANES {
                     let j = base + c * LANES + l;
-                    let e = kernels::exp(sc[l] - m);
+                    let e = kernels::exp::<FMA>(sc[l] - m);
                     let e = if j >= lo && j < hi { e } else { 0.0 };
                     sc[l] = e;
                     acc[l] += e;
@@ -190,6 +191,7 @@ mod tests {
                                 &qkv,
                                 stride,
                                 len,
+                                len,
                                 cols.0,
                                 cols.1,
                                 cols.2,
@@ -218,6 +220,71 @@ mod tests {
     }
 
     #[test]
+    fn the_first_query_alone_is_the_first_row_of_all_queries() {
+        for isa in isas() {
+            for (len, dh) in [(1, 8), (3, 8), (16, 32), (48, 64), (70, 32)] {
+                let stride = 3 * dh;
+                let qkv = noise(len * stride, 5);
+                let bias = noise(2 * len - 1, 3);
+                let run = |queries: usize, half: usize, bias: &[f32]| {
+                    let mut out = vec![f32::NAN; queries * dh];
+                    let mut kt = vec![0f32; dh * padded(len)];
+                    let mut scores = vec![0f32; padded(len)];
+                    attention_head_banded(
+                        isa,
+                        &qkv,
+                        stride,
+                        len,
+                        queries,
+                        0,
+                        dh,
+                        2 * dh,
+                        dh,
+                        0.2,
+                        half,
+                        bias,
+                        &mut kt,
+                        &mut scores,
+                        &mut out,
+                    );
+                    out
+                };
+                // Same operations in the same order: the same floats.
+                for (half, bias) in [(usize::MAX, &[][..]), (2, &[][..]), (usize::MAX, &bias[..])] {
+                    assert_eq!(
+                        run(1, half, bias),
+                        run(len, half, bias)[..dh],
+                        "{isa:?} len {len} half {half}"
+                    );
+                }
+                let mut plain = vec![f32::NAN; dh];
+                let mut kt = vec![0f32; dh * padded(len)];
+                let mut scores = vec![0f32; padded(len)];
+                kernels::attention_head(
+                    isa,
+                    &qkv,
+                    stride,
+                    len,
+                    1,
+                    0,
+                    dh,
+                    2 * dh,
+                    dh,
+                    0.2,
+                    &mut kt,
+                    &mut scores,
+                    &mut plain,
+                );
+                assert_eq!(
+                    plain,
+                    run(len, usize::MAX, &[])[..dh],
+                    "{isa:?} len {len}: the plain kernel"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn a_band_as_wide_as_the_sequence_is_kernels_attention_head() {
         for isa in isas() {
             for (len, dh) in [(3, 8), (16, 32), (48, 64)] {
@@ -231,6 +298,7 @@ mod tests {
                         isa,
                         &qkv,
                         stride,
+                        len,
                         len,
                         0,
                         dh,
@@ -252,6 +320,7 @@ mod tests {
                     isa,
                     &qkv,
                     stride,
+                    len,
                     len,
                     0,
                     dh,
