@@ -342,6 +342,113 @@ pub(crate) const fn padded(len: usize) -> usize {
     len.next_multiple_of(LANES)
 }
 
+/// Scores of `Q` queries (`qs`, each `dh` long) against keys transposed
+/// into `kt` (`dh` rows of `lp`): `s[qi * lp..][..lp]`. Each load of a
+/// key chunk serves every query, and the `2 Q` chains of multiply-adds in
+/// flight (eight ymm at `Q = 2` on AVX2) cover the latency of fused ones.
+#[inline(always)]
+fn scores_of<const FMA: bool, const Q: usize>(
+    kt: &[f32],
+    lp: usize,
+    qs: [&[f32]; Q],
+    s: &mut [f32],
+) {
+    let dh = qs[0].len();
+    for c in 0..lp / LANES {
+        let mut acc = [[[0f32; LANES]; 2]; Q];
+        let mut d = 0;
+        while d + 1 < dh {
+            let r0 = &kt[d * lp + c * LANES..][..LANES];
+            let r1 = &kt[(d + 1) * lp + c * LANES..][..LANES];
+            for (a, qi) in acc.iter_mut().zip(&qs) {
+                let (x0, x1) = (qi[d], qi[d + 1]);
+                for l in 0..LANES {
+                    a[0][l] = madd::<FMA>(x0, r0[l], a[0][l]);
+                    a[1][l] = madd::<FMA>(x1, r1[l], a[1][l]);
+                }
+            }
+            d += 2;
+        }
+        if d < dh {
+            let r0 = &kt[d * lp + c * LANES..][..LANES];
+            for (a, qi) in acc.iter_mut().zip(&qs) {
+                for l in 0..LANES {
+                    a[0][l] = madd::<FMA>(qi[d], r0[l], a[0][l]);
+                }
+            }
+        }
+        for (qi, a) in acc.iter().enumerate() {
+            let sc = &mut s[qi * lp + c * LANES..][..LANES];
+            for l in 0..LANES {
+                sc[l] = a[0][l] + a[1][l];
+            }
+        }
+    }
+}
+
+/// In place: a padded row of scores (`len` real, the rest ignored) to
+/// e^(s - max), lanes past `len` 0; returns 1 / their sum.
+#[inline(always)]
+fn exp_row<const FMA: bool>(s: &mut [f32], len: usize) -> f32 {
+    let mut mx = [f32::MIN; LANES];
+    for (c, sc) in s.chunks_exact(LANES).enumerate() {
+        for l in 0..LANES {
+            let x = if c * LANES + l < len { sc[l] } else { f32::MIN };
+            mx[l] = if x > mx[l] { x } else { mx[l] };
+        }
+    }
+    let m = mx.iter().fold(f32::MIN, |a, &b| if b > a { b } else { a });
+    let mut acc = [0f32; LANES];
+    for (c, sc) in s.chunks_exact_mut(LANES).enumerate() {
+        for l in 0..LANES {
+            let e = exp::<FMA>(sc[l] - m);
+            let e = if c * LANES + l < len { e } else { 0.0 };
+            sc[l] = e;
+            acc[l] += e;
+        }
+    }
+    1.0 / hsum(acc)
+}
+
+/// `o[qi][d] = scale[qi] * sum over j of p[qi][j] * rows[j * stride + d]`
+/// for `Q` queries at once: each load of a value row serves every query.
+#[inline(always)]
+fn values_of<const FMA: bool, const Q: usize>(
+    o: [&mut [f32]; Q],
+    p: [&[f32]; Q],
+    scale: [f32; Q],
+    rows: &[f32],
+    stride: usize,
+) {
+    let (dh, len) = (o[0].len(), p[0].len());
+    let mut c = 0;
+    while c + 2 * LANES <= dh {
+        let mut acc = [[[0f32; LANES]; 2]; Q];
+        for j in 0..len {
+            let r = &rows[j * stride + c..][..2 * LANES];
+            for (a, pq) in acc.iter_mut().zip(&p) {
+                let pj = pq[j];
+                for l in 0..LANES {
+                    a[0][l] = madd::<FMA>(pj, r[l], a[0][l]);
+                    a[1][l] = madd::<FMA>(pj, r[LANES + l], a[1][l]);
+                }
+            }
+        }
+        for (qi, a) in acc.iter().enumerate() {
+            for l in 0..LANES {
+                o[qi][c + l] = a[0][l] * scale[qi];
+                o[qi][c + LANES + l] = a[1][l] * scale[qi];
+            }
+        }
+        c += 2 * LANES;
+    }
+    for (qi, oq) in o.into_iter().enumerate() {
+        if c < dh {
+            weighted_rows(&mut oq[c..], p[qi], scale[qi], &rows[c..], stride);
+        }
+    }
+}
+
 kernel! {
     /// Self-attention of one sequence and one head, for short sequences.
     ///
@@ -349,14 +456,15 @@ kernel! {
     /// this head's query, key and value at columns `q`, `k` and `v`, each
     /// `dh` wide. `out` gets the context of the first `queries` queries
     /// (all `len`, or the first alone where only the first token's state
-    /// is read), `queries` rows of `dh`. `kt` (at least
-    /// `dh * padded(len)`) and `scores` (at least `padded(len)`) are
-    /// scratch.
+    /// is read), `queries` rows of `dh`. `kt` (at least `dh * padded(len)`)
+    /// and `scores` (at least `2 * padded(len)`) are scratch.
     ///
     /// The keys are transposed (and scaled) once, so a row of scores is
     /// `dh` broadcast multiply-adds over whole 16-lane chunks rather than
     /// `len` dot products; lanes past `len` are excluded from the softmax by
-    /// selection.
+    /// selection. Queries go two at a time (the scores and the values each
+    /// load once for both): about half the instructions of one at a time,
+    /// which this kernel is bound by at these lengths.
     fn attention_head(qkv: &[f32], stride: usize, len: usize, queries: usize, q: usize, k: usize, v: usize, dh: usize, scale: f32, kt: &mut [f32], scores: &mut [f32], out: &mut [f32]) {
         let lp = padded(len);
         let kt = &mut kt[..dh * lp];
@@ -365,54 +473,25 @@ kernel! {
                 kt[d * lp + j] = if j < len { qkv[j * stride + k + d] * scale } else { 0.0 };
             }
         }
-        let s = &mut scores[..lp];
-        for (i, o) in out.chunks_exact_mut(dh).take(queries.min(len)).enumerate() {
-            let qi = &qkv[i * stride + q..i * stride + q + dh];
-            // Two accumulators per chunk: two chains of multiply-adds in
-            // flight, both in registers.
-            for (c, sc) in s.chunks_exact_mut(LANES).enumerate() {
-                let mut a0 = [0f32; LANES];
-                let mut a1 = [0f32; LANES];
-                let mut d = 0;
-                while d + 1 < dh {
-                    let r0 = &kt[d * lp + c * LANES..][..LANES];
-                    let r1 = &kt[(d + 1) * lp + c * LANES..][..LANES];
-                    let (x0, x1) = (qi[d], qi[d + 1]);
-                    for l in 0..LANES {
-                        a0[l] += x0 * r0[l];
-                        a1[l] += x1 * r1[l];
-                    }
-                    d += 2;
-                }
-                if d < dh {
-                    let r0 = &kt[d * lp + c * LANES..][..LANES];
-                    for l in 0..LANES {
-                        a0[l] += qi[d] * r0[l];
-                    }
-                }
-                for l in 0..LANES {
-                    sc[l] = a0[l] + a1[l];
-                }
-            }
-            let mut mx = [f32::MIN; LANES];
-            for (c, sc) in s.chunks_exact(LANES).enumerate() {
-                for l in 0..LANES {
-                    let x = if c * LANES + l < len { sc[l] } else { f32::MIN };
-                    mx[l] = if x > mx[l] { x } else { mx[l] };
-                }
-            }
-            let m = mx.iter().fold(f32::MIN, |a, &b| if b > a { b } else { a });
-            let mut acc = [0f32; LANES];
-            for (c, sc) in s.chunks_exact_mut(LANES).enumerate() {
-                for l in 0..LANES {
-                    let e = exp::<FMA>(sc[l] - m);
-                    let e = if c * LANES + l < len { e } else { 0.0 };
-                    sc[l] = e;
-                    acc[l] += e;
-                }
-            }
-            let inv = 1.0 / hsum(acc);
-            weighted_rows(o, &s[..len], inv, &qkv[v..], stride);
+        let s = &mut scores[..2 * lp];
+        let query = |i: usize| &qkv[i * stride + q..][..dh];
+        let values = &qkv[v..];
+        let queries = queries.min(len);
+        let mut rows = out[..queries * dh].chunks_exact_mut(dh);
+        let mut i = 0;
+        while i + 2 <= queries {
+            let (Some(o0), Some(o1)) = (rows.next(), rows.next()) else { break };
+            scores_of::<FMA, 2>(kt, lp, [query(i), query(i + 1)], s);
+            let (a, b) = s.split_at_mut(lp);
+            let inv = [exp_row::<FMA>(a, len), exp_row::<FMA>(b, len)];
+            values_of::<FMA, 2>([o0, o1], [&a[..len], &b[..len]], inv, values, stride);
+            i += 2;
+        }
+        if let Some(o0) = rows.next() {
+            let s = &mut s[..lp];
+            scores_of::<FMA, 1>(kt, lp, [query(i)], s);
+            let inv = exp_row::<FMA>(s, len);
+            values_of::<FMA, 1>([o0], [&s[..len]], [inv], values, stride);
         }
     }
 }
@@ -616,7 +695,7 @@ mod tests {
                     let (q, k, v) = (h * dh, heads * dh + h * dh, 2 * heads * dh + h * dh);
                     let mut out = vec![0.0; len * dh];
                     let mut kt = vec![f32::NAN; dh * padded(len)];
-                    let mut scores = vec![f32::NAN; padded(len)];
+                    let mut scores = vec![f32::NAN; 2 * padded(len)];
                     attention_head(
                         isa,
                         &qkv,
