@@ -219,75 +219,88 @@ mod tests {
         }
     }
 
+    /// The first `queries` contexts of one head (q, k, v at columns 0,
+    /// dh, 2 dh of rows of `3 dh`, scale 0.2) by the banded kernel.
+    fn banded(
+        isa: Isa,
+        qkv: &[f32],
+        len: usize,
+        queries: usize,
+        dh: usize,
+        half: usize,
+        bias: &[f32],
+    ) -> Vec<f32> {
+        let mut out = vec![f32::NAN; queries * dh];
+        let mut kt = vec![0f32; dh * padded(len)];
+        let mut scores = vec![0f32; padded(len)];
+        attention_head_banded(
+            isa,
+            qkv,
+            3 * dh,
+            len,
+            queries,
+            0,
+            dh,
+            2 * dh,
+            dh,
+            0.2,
+            half,
+            bias,
+            &mut kt,
+            &mut scores,
+            &mut out,
+        );
+        out
+    }
+
+    /// The same by the plain kernel.
+    fn plain(isa: Isa, qkv: &[f32], len: usize, queries: usize, dh: usize) -> Vec<f32> {
+        let mut out = vec![f32::NAN; queries * dh];
+        let mut kt = vec![0f32; dh * padded(len)];
+        let mut scores = vec![0f32; 2 * padded(len)];
+        kernels::attention_head(
+            isa,
+            qkv,
+            3 * dh,
+            len,
+            queries,
+            0,
+            dh,
+            2 * dh,
+            dh,
+            0.2,
+            &mut kt,
+            &mut scores,
+            &mut out,
+        );
+        out
+    }
+
     #[test]
     fn the_first_query_alone_is_the_first_row_of_all_queries() {
         for isa in isas() {
             for (len, dh) in [(1, 8), (3, 8), (16, 32), (48, 64), (70, 32)] {
-                let stride = 3 * dh;
-                let qkv = noise(len * stride, 5);
+                let qkv = noise(len * 3 * dh, 5);
                 let bias = noise(2 * len - 1, 3);
-                let run = |queries: usize, half: usize, bias: &[f32]| {
-                    let mut out = vec![f32::NAN; queries * dh];
-                    let mut kt = vec![0f32; dh * padded(len)];
-                    let mut scores = vec![0f32; padded(len)];
-                    attention_head_banded(
-                        isa,
-                        &qkv,
-                        stride,
-                        len,
-                        queries,
-                        0,
-                        dh,
-                        2 * dh,
-                        dh,
-                        0.2,
-                        half,
-                        bias,
-                        &mut kt,
-                        &mut scores,
-                        &mut out,
-                    );
-                    out
-                };
                 // Same operations in the same order: the same floats.
                 for (half, bias) in [(usize::MAX, &[][..]), (2, &[][..]), (usize::MAX, &bias[..])] {
                     assert_eq!(
-                        run(1, half, bias),
-                        run(len, half, bias)[..dh],
+                        banded(isa, &qkv, len, 1, dh, half, bias),
+                        banded(isa, &qkv, len, len, dh, half, bias)[..dh],
                         "{isa:?} len {len} half {half}"
                     );
                 }
-                let plain = |queries: usize| {
-                    let mut out = vec![f32::NAN; queries * dh];
-                    let mut kt = vec![0f32; dh * padded(len)];
-                    let mut scores = vec![0f32; 2 * padded(len)];
-                    kernels::attention_head(
-                        isa,
-                        &qkv,
-                        stride,
-                        len,
-                        queries,
-                        0,
-                        dh,
-                        2 * dh,
-                        dh,
-                        0.2,
-                        &mut kt,
-                        &mut scores,
-                        &mut out,
-                    );
-                    out
-                };
                 // The plain kernel takes queries in pairs and a last one
                 // alone: query 0 is the same floats either way.
+                let all = plain(isa, &qkv, len, len, dh);
                 assert_eq!(
-                    plain(1),
-                    plain(len)[..dh],
-                    "{isa:?} len {len}: the plain kernel"
+                    plain(isa, &qkv, len, 1, dh),
+                    all[..dh],
+                    "{isa:?} len {len}: plain"
                 );
                 assert_eq!(
-                    plain(len)[..(len - 1) * dh],
-                    plain(len - 1),
+                    plain(isa, &qkv, len, len - 1, dh),
+                    all[..(len - 1) * dh],
                     "{isa:?} len {len}"
                 );
             }
@@ -298,53 +311,12 @@ mod tests {
     fn a_band_as_wide_as_the_sequence_is_kernels_attention_head() {
         for isa in isas() {
             for (len, dh) in [(3, 8), (16, 32), (48, 64)] {
-                let stride = 3 * dh;
-                let qkv = noise(len * stride, 5);
-                let run_banded = |half: usize| {
-                    let mut out = vec![0f32; len * dh];
-                    let mut kt = vec![0f32; dh * padded(len)];
-                    let mut scores = vec![0f32; padded(len)];
-                    attention_head_banded(
-                        isa,
-                        &qkv,
-                        stride,
-                        len,
-                        len,
-                        0,
-                        dh,
-                        2 * dh,
-                        dh,
-                        0.2,
-                        half,
-                        &[],
-                        &mut kt,
-                        &mut scores,
-                        &mut out,
-                    );
-                    out
-                };
-                let mut plain = vec![0f32; len * dh];
-                let mut kt = vec![0f32; dh * padded(len)];
-                let mut scores = vec![0f32; 2 * padded(len)];
-                kernels::attention_head(
-                    isa,
-                    &qkv,
-                    stride,
-                    len,
-                    len,
-                    0,
-                    dh,
-                    2 * dh,
-                    dh,
-                    0.2,
-                    &mut kt,
-                    &mut scores,
-                    &mut plain,
-                );
+                let qkv = noise(len * 3 * dh, 5);
+                let plain = plain(isa, &qkv, len, len, dh);
                 // The plain kernel fuses its multiply-adds where the CPU
                 // can, the banded one not: a rounding apart.
                 for half in [usize::MAX, len - 1] {
-                    let banded = run_banded(half);
+                    let banded = banded(isa, &qkv, len, len, dh, half, &[]);
                     for (x, (b, p)) in banded.iter().zip(&plain).enumerate() {
                         assert!(
                             (b - p).abs() <= 2e-6,
